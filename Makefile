@@ -1,0 +1,67 @@
+# sparkfleet developer entry points. `make lab` and `make test` do all their own set-up.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+LOCK := requirements/lock.txt
+STAMP := $(VENV)/.installed-$(shell sha256sum $(LOCK) python/pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
+TOPOLOGY ?= tp3
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+
+.PHONY: help host venv lab lab-down lab-status lint unit molecule test bench lock clean
+
+help:
+	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
+	@echo "make test       lint + unit tests + molecule scenarios (the CI command)"
+	@echo "make bench      benchmarks, each printing a ratio measured side by side"
+	@echo "make lab-down   remove the lab's containers, networks and keys"
+
+# System packages and a running Docker engine (the lab needs both).
+host:
+	@scripts/ensure-host.sh
+
+$(STAMP): $(LOCK) python/pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r $(LOCK)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e python/
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+lab: host venv
+	$(BIN)/sparkfleet lab up --topology $(TOPOLOGY)
+
+lab-down: venv
+	$(BIN)/sparkfleet lab down --topology $(TOPOLOGY)
+
+lab-status: venv
+	$(BIN)/sparkfleet lab status --topology $(TOPOLOGY)
+
+lint: venv
+	$(BIN)/yamllint -s .
+	$(BIN)/ruff check python tests roles molecule bench
+	$(BIN)/ruff format --check python tests roles molecule bench
+	$(BIN)/ansible-lint
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+molecule: host venv
+	scripts/run-molecule.sh
+
+test: host venv lint unit molecule
+
+bench: host venv
+	$(PY) -m bench
+
+# Re-resolve the lock from requirements/dev.txt (needs PyPI).
+lock:
+	rm -rf .cache/lockvenv && python3 -m venv .cache/lockvenv
+	.cache/lockvenv/bin/pip install -q -r requirements/dev.txt
+	.cache/lockvenv/bin/pip freeze --exclude-editable | sort -f > $(LOCK)
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

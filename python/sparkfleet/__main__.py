@@ -1,0 +1,3 @@
+from sparkfleet.cli import main
+
+raise SystemExit(main())
