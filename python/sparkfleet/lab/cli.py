@@ -28,8 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--topology", choices=["tp2", "tp3"], help="tp3 (default) or tp2")
         p.add_argument("--name", help="lab name (default: the topology); labs with different names coexist")
         if cmd == "up":
-            p.add_argument("--no-converge", action="store_true", help="only make the nodes; do not run site.yml")
-            p.add_argument("--no-verify", action="store_true", help="run site.yml but not the verify requests")
+            p.add_argument(
+                "--no-converge", action="store_true", help="only make the nodes; do not run site.yml"
+            )
+            p.add_argument(
+                "--no-verify", action="store_true", help="run site.yml but not the verify requests"
+            )
         if cmd == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=_run)

@@ -198,7 +198,11 @@ class Lab:
         for rail in topology.rails(self.project_dir, self.topology):
             if d.inspect("network", self.rail_network(rail)) is None:
                 self._create_network(
-                    self.rail_network(rail), self.rail_subnet(rail.index), mtu=9000, role="rail", cable=rail.cable
+                    self.rail_network(rail),
+                    self.rail_subnet(rail.index),
+                    mtu=9000,
+                    role="rail",
+                    cable=rail.cable,
                 )
 
     def _create_network(self, name: str, subnet: str, mtu: int, role: str, **labels: str) -> None:
@@ -227,7 +231,9 @@ class Lab:
             if slot in used:
                 continue
             try:
-                self._create_network(self.mgmt_network, self.mgmt_subnet(slot), mtu=1500, role="mgmt", slot=str(slot))
+                self._create_network(
+                    self.mgmt_network, self.mgmt_subnet(slot), mtu=1500, role="mgmt", slot=str(slot)
+                )
                 return slot
             except d.DockerError as exc:
                 if "overlap" in str(exc).lower() or "already exists" in str(exc).lower():
@@ -240,7 +246,18 @@ class Lab:
             return
         self.key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sparkfleet-lab-{self.name}", "-f", str(self.key_file)],
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"sparkfleet-lab-{self.name}",
+                "-f",
+                str(self.key_file),
+            ],
             check=True,
         )
 
@@ -257,16 +274,22 @@ class Lab:
         except ImportError as exc:
             self.say(f"model stand-in not available yet ({exc}); weights pins keep the inventory's values")
         else:
-            pins.update(models.generate(hub, self.topology, int(os.environ.get("SPARKFLEET_LAB_MODEL_MB", "48"))))
+            pins.update(
+                models.generate(hub, self.topology, int(os.environ.get("SPARKFLEET_LAB_MODEL_MB", "48")))
+            )
             wheels.prepare(hub)
         try:
             from sparkfleet.lab import engine
+
             make_repo = engine.make_repo
         except (ImportError, AttributeError) as exc:
             self.say(f"engine stand-in not available yet ({exc}); engine pin keeps the inventory's value")
         else:
             eng = make_repo(hub / "git")
-            pins["engine"] = {"repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}", "commit": eng["commit"]}
+            pins["engine"] = {
+                "repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}",
+                "commit": eng["commit"],
+            }
         return pins
 
     def _ensure_hub(self, images: image.Images) -> None:
@@ -309,7 +332,9 @@ class Lab:
         if "base_image" not in self.state["pins"]:
             tag = images.engine_base.split(":")[-1]
             self.say(f"pushing {images.engine_base} to the hub registry")
-            digest = registry.push(images.engine_base, f"{self.hub_ip}:{HUB_PORTS['registry']}", ENGINE_BASE_REPO, tag)
+            digest = registry.push(
+                images.engine_base, f"{self.hub_ip}:{HUB_PORTS['registry']}", ENGINE_BASE_REPO, tag
+            )
             self.state["pins"]["base_image"] = {
                 "name": f"{self.hub_ip}:{HUB_PORTS['registry']}/{ENGINE_BASE_REPO}",
                 "digest": digest,
@@ -417,7 +442,16 @@ class Lab:
     def _wait_booted(self, host: str, timeout: float = 120) -> None:
         name = self.container(host)
         proc = subprocess.run(
-            ["docker", "exec", name, "timeout", str(int(timeout)), "systemctl", "is-system-running", "--wait"],
+            [
+                "docker",
+                "exec",
+                name,
+                "timeout",
+                str(int(timeout)),
+                "systemctl",
+                "is-system-running",
+                "--wait",
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -425,11 +459,15 @@ class Lab:
         state = proc.stdout.strip()
         if state == "running":
             return
-        failed = d.docker("exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False).strip()
+        failed = d.docker(
+            "exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False
+        ).strip()
         if state == "degraded":
             self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
             return
-        raise LabError(f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed}")
+        raise LabError(
+            f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed}"
+        )
 
     def host_key(self, host: str) -> str:
         return d.exec_(self.container(host), ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).split()[1]
@@ -481,15 +519,22 @@ class Lab:
                         "children": {
                             "head": {"hosts": {head: {"ansible_host": self.mgmt_ip(1)}}},
                             "workers": {
-                                "hosts": {h: {"ansible_host": self.mgmt_ip(i)} for i, h in enumerate(workers, start=2)}
+                                "hosts": {
+                                    h: {"ansible_host": self.mgmt_ip(i)}
+                                    for i, h in enumerate(workers, start=2)
+                                }
                             },
                         }
                     }
                 }
             }
         }
-        header = f"# Written by `sparkfleet lab up --name {self.name}`; layered on inventory/{self.topology}.\n"
-        (self.inventory_dir / "hosts.yml").write_text(header + "---\n" + yaml.safe_dump(hosts, sort_keys=False, width=1000))
+        header = (
+            f"# Written by `sparkfleet lab up --name {self.name}`; layered on inventory/{self.topology}.\n"
+        )
+        (self.inventory_dir / "hosts.yml").write_text(
+            header + "---\n" + yaml.safe_dump(hosts, sort_keys=False, width=1000)
+        )
         base_pins = yaml.safe_load(
             (self.project_dir / "inventory" / self.topology / "group_vars" / "all" / "pins.yml").read_text()
         )["sparkfleet_pins"]
@@ -505,7 +550,9 @@ class Lab:
             ),
             "sparkfleet_pins": pins,
         }
-        (gv / "00-lab.yml").write_text(header + "---\n" + yaml.safe_dump(lab_vars, sort_keys=False, width=1000))
+        (gv / "00-lab.yml").write_text(
+            header + "---\n" + yaml.safe_dump(lab_vars, sort_keys=False, width=1000)
+        )
         static = Path(__file__).resolve().parent / "group_vars"
         for old in gv.glob("10-*.yml"):
             old.unlink()
@@ -538,7 +585,9 @@ class Lab:
         for n, host in enumerate(self.hosts, start=1):
             name = self.container(host)
             info = d.inspect("container", name)
-            node = NodeInfo(host=host, node=n, container=name, mgmt_ip=self.mgmt_ip(n) if "slot" in self.state else "-")
+            node = NodeInfo(
+                host=host, node=n, container=name, mgmt_ip=self.mgmt_ip(n) if "slot" in self.state else "-"
+            )
             if info:
                 node.state = info["State"]["Status"]
             if info and info["State"]["Running"]:
@@ -548,7 +597,9 @@ class Lab:
                     parts = line.split()
                     addrs.setdefault(parts[1], []).append(parts[3])
                 for rail, _side, end in self._node_rails(n):
-                    mtu = d.exec_(name, ["cat", f"/sys/class/net/{end.netdev}/mtu"], check=False).strip() or "?"
+                    mtu = (
+                        d.exec_(name, ["cat", f"/sys/class/net/{end.netdev}/mtu"], check=False).strip() or "?"
+                    )
                     node.rails.append(
                         {
                             "netdev": end.netdev,
@@ -564,10 +615,13 @@ class Lab:
     def describe(self) -> str:
         lines = [f"lab {self.name} ({self.topology}), hub {self.hub_ip if 'slot' in self.state else '-'}"]
         for node in self.nodes():
-            lines.append(f"  {node.host:<7} {node.container:<32} {node.state:<8} mgmt {MGMT_IFACE} {node.mgmt_ip}")
+            lines.append(
+                f"  {node.host:<7} {node.container:<32} {node.state:<8} mgmt {MGMT_IFACE} {node.mgmt_ip}"
+            )
             for r in node.rails:
                 addrs = ",".join(r["addresses"]) or "(no address yet)"
-                lines.append(f"          {r['netdev']:<14} cable {r['cable']} rail {r['rail']} mtu {r['mtu']:<5} {addrs}")
+                where = f"cable {r['cable']} rail {r['rail']} mtu {r['mtu']:<5}"
+                lines.append(f"          {r['netdev']:<14} {where} {addrs}")
         if self.ssh_config.exists():
             lines.append(f"  reach a node:  ssh -F {self.ssh_config} spark1")
             inv = " ".join(f"-i {p}" for p in self.inventories)
@@ -580,7 +634,10 @@ class Lab:
             "name": self.name,
             "topology": self.topology,
             "exists": bool(self.state) or bool(nets),
-            "hub": {"container": self.hub_container, "address": self.hub_ip if "slot" in self.state else None},
+            "hub": {
+                "container": self.hub_container,
+                "address": self.hub_ip if "slot" in self.state else None,
+            },
             "nodes": [n.__dict__ for n in self.nodes()],
             "networks": nets,
         }

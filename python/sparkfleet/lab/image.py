@@ -114,8 +114,12 @@ def _debootstrap_import(ref: str, packages_file: str, variant: str) -> None:
         shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
         (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
         _log(f"docker import {ref}")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(["docker", "import", "-", ref], stdin=tar.stdout, capture_output=True, check=False)
+        tar = subprocess.Popen(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+        )
+        imp = subprocess.run(
+            ["docker", "import", "-", ref], stdin=tar.stdout, capture_output=True, check=False
+        )
         tar.wait()
         if tar.returncode != 0 or imp.returncode != 0:
             raise RuntimeError(f"docker import {ref} failed: {imp.stderr.decode(errors='replace')}")
@@ -148,7 +152,9 @@ def ensure_node() -> str:
         _log(f"docker build {ref}")
         log = WORK_ROOT / "node-build.log"
         WORK_ROOT.mkdir(parents=True, exist_ok=True)
-        _run_logged(["docker", "build", "--build-arg", f"BASE={base}", "-t", ref, str(ctx)], log, "docker build")
+        _run_logged(
+            ["docker", "build", "--build-arg", f"BASE={base}", "-t", ref, str(ctx)], log, "docker build"
+        )
     return ref
 
 

@@ -95,7 +95,9 @@ def push(image: str, registry: str, repo: str, tag: str) -> str:
         "layers": layers,
     }
     body = json.dumps(doc, indent=3).encode()
-    status, headers, resp = client.request("PUT", f"/v2/{repo}/manifests/{tag}", body, {"Content-Type": MANIFEST_V2})
+    status, headers, resp = client.request(
+        "PUT", f"/v2/{repo}/manifests/{tag}", body, {"Content-Type": MANIFEST_V2}
+    )
     if status != 201:
         raise RegistryError(f"put manifest {repo}:{tag}: HTTP {status} {resp[:200]!r}")
     digest = headers.get("docker-content-digest") or _sha(body)
