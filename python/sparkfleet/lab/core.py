@@ -441,33 +441,29 @@ class Lab:
 
     def _wait_booted(self, host: str, timeout: float = 120) -> None:
         name = self.container(host)
-        proc = subprocess.run(
-            [
-                "docker",
-                "exec",
-                name,
-                "timeout",
-                str(int(timeout)),
-                "systemctl",
-                "is-system-running",
-                "--wait",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        state = proc.stdout.strip()
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            # Right after a (re)start the container may not accept exec yet, or systemd's bus
+            # is not up: both give an empty answer, so ask again until the deadline.
+            left = max(1, int(deadline - time.monotonic()))
+            proc = subprocess.run(
+                ["docker", "exec", name, "timeout", str(left), "systemctl", "is-system-running", "--wait"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            state = proc.stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.5)
         if state == "running":
             return
-        failed = d.docker(
-            "exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False
-        ).strip()
+        failed = d.docker("exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False).strip()
         if state == "degraded":
             self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
             return
-        raise LabError(
-            f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed}"
-        )
+        raise LabError(f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed}")
 
     def host_key(self, host: str) -> str:
         return d.exec_(self.container(host), ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).split()[1]
@@ -574,6 +570,8 @@ class Lab:
     def ansible_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["ANSIBLE_CONFIG"] = str(self.project_dir / "ansible.cfg")
+        # the ansible-* commands of the Python running sparkfleet (the project's virtualenv)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         return env
 
     # ---- inspection ------------------------------------------------------------------------

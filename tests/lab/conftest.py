@@ -1,0 +1,84 @@
+"""Fixtures for tests that run against a live lab cluster.
+
+The lab is named by the environment variable SPARKFLEET_LAB (molecule's tp2/tp3 scenarios set it
+to molecule-tp2 / molecule-tp3; by hand: `SPARKFLEET_LAB=tp3 pytest tests/lab`). Without a lab
+of that name these tests are skipped with the reason; molecule's verify step always has one.
+
+Fixtures:
+  lab              sparkfleet.lab.core.Lab of the running lab
+  node(host)       a testinfra host over SSH (the lab's ssh config), e.g. node("spark1").service("ssh")
+  play(pb, ...)    run a playbook against the lab through sparkfleet's runner -> RunResult
+Markers:
+  @pytest.mark.topology("tp3")    skip unless the lab has that topology
+  @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from sparkfleet.lab.core import Lab
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "topology(name): run only on a lab of that topology")
+    config.addinivalue_line("markers", "destructive: disturbs the cluster; ordered last")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Fault tests (restarts, kills) go last so the read-only checks see a converged cluster.
+    items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    name = os.environ.get("SPARKFLEET_LAB")
+    if not name:
+        pytest.skip("SPARKFLEET_LAB is not set: these tests need a running lab (see tests/lab/conftest.py)")
+    lab = Lab(name=name)
+    if not lab.state or not lab.ssh_config.exists():
+        pytest.skip(f"lab {name!r} does not exist (sparkfleet lab up --name {name})")
+    return lab
+
+
+@pytest.fixture(autouse=True)
+def _topology_gate(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("topology")
+    if marker is None:
+        return
+    lab = request.getfixturevalue("lab")
+    if lab.topology not in marker.args:
+        pytest.skip(f"needs a {' or '.join(marker.args)} lab; this one is {lab.topology}")
+
+
+@pytest.fixture(scope="session")
+def node(lab: Lab) -> Callable[[str], testinfra.host.Host]:
+    cache: dict[str, testinfra.host.Host] = {}
+
+    def get(host: str) -> testinfra.host.Host:
+        if host not in cache:
+            cache[host] = testinfra.get_host(f"ssh://{host}", ssh_config=str(lab.ssh_config))
+        return cache[host]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def play(lab: Lab) -> Callable[..., object]:
+    from sparkfleet import runner
+
+    def run(playbook: str, **kwargs: object) -> runner.RunResult:
+        kwargs.setdefault("quiet", True)
+        return runner.run_playbook(
+            Path(lab.project_dir) / playbook,
+            [str(p) for p in lab.inventories],
+            project_dir=lab.project_dir,
+            **kwargs,
+        )
+
+    return run
