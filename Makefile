@@ -11,7 +11,7 @@ TOPOLOGY ?= tp3
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: help host venv lab lab-down lab-status lint unit molecule test bench lock clean
+.PHONY: help host venv lab lab-down lab-status lint unit labctl molecule test bench lock clean
 
 help:
 	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
@@ -52,7 +52,10 @@ unit: venv
 molecule: host venv
 	scripts/run-molecule.sh
 
-test: host venv lint unit molecule
+labctl: host venv
+	$(BIN)/pytest -q tests/labctl
+
+test: host venv lint unit labctl molecule
 
 bench: host venv
 	$(PY) -m bench

@@ -1,0 +1,1 @@
+"""sparkfleet benchmarks: each measures a candidate against a baseline side by side in one run."""
