@@ -1,0 +1,904 @@
+#!/usr/bin/env python3
+"""Lab stand-in for `nvidia-smi` on a DGX Spark: one NVIDIA GB10 on driver 580.
+
+Installed on lab nodes as /usr/bin/nvidia-smi. It answers in the output formats of the real tool
+(see ../shared/fixtures/nvidia-smi/) and keeps the clock state that sparkfleet changes:
+
+- persistence mode (`-pm 0|1`), locked GPU clocks (`-lgc MIN,MAX`, `-lgc N`, `-rgc`);
+- a lock lands slightly below the request, as on a real GB10 (2100 -> 2080 MHz);
+- the state lives under /run/nvidia-sim (a tmpfs), so a node restart loses it like a reboot does;
+- changing state needs root, like the real tool;
+- compute processes are the processes on this node whose command line runs `tensorfold`;
+- fault switch: the file /run/nvidia-sim/latched makes the SM clock stick under 1000 MHz
+  (a latched GPU, which on a real Spark needs an AC power cycle).
+
+SPARKFLEET_NVIDIA_SIM_DIR overrides the state directory (tests). Standard library only: this runs
+on the node's Python (3.11-3.13).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DRIVER_VERSION = "580.159.04"
+NVML_VERSION = "580.159"
+CUDA_VERSION = "13.0"
+PRODUCT = "NVIDIA GB10"
+BUS_ID = "0000000F:01:00.0"
+VBIOS = "9A.0B.00.00.05"
+MAX_SM_MHZ = 3003
+MIN_SM_MHZ = 208
+# The clock generator's grid and guard band: a requested ceiling lands on the grid point at least
+# GUARD_MHZ below it (observed: -lgc 0,2100 runs at ~2080 MHz).
+GRID_MHZ = 13
+GUARD_MHZ = 15
+LATCHED_SM_MHZ = 855
+VIDEO_MHZ = 1500
+ENGINE_MARK = "tensorfold"
+WRAPPERS = {"docker", "sudo", "sh", "bash", "dash", "timeout", "ssh", "su", "env", "nohup", "setsid"}
+
+# NVML return codes, as nvidia-smi's exit status (nvidia-smi(1) "RETURN VALUE").
+RC_OK = 0
+RC_INVALID_ARG = 2
+RC_NOT_SUPPORTED = 3
+RC_NO_PERMISSION = 4
+RC_NOT_FOUND = 6
+
+USAGE_HINT = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+
+# Clock event reason bits (nvml.h nvmlClocksEventReason*).
+REASONS = [
+    (0x1, "gpu_idle", "Idle"),
+    (0x2, "applications_clocks_setting", "Applications Clocks Setting"),
+    (0x4, "sw_power_cap", "SW Power Cap"),
+    (0x8, "hw_slowdown", "HW Slowdown"),
+    (0x10, "sync_boost", "Sync Boost"),
+    (0x20, "sw_thermal_slowdown", "SW Thermal Slowdown"),
+    (0x40, "hw_thermal_slowdown", "HW Thermal Slowdown"),
+    (0x80, "hw_power_brake_slowdown", "HW Power Brake Slowdown"),
+    (0x100, "display_clock_setting", "Display Clock Setting"),
+]
+SUPPORTED_REASONS = 0x1EF  # everything above except sync boost and display clock
+
+
+class SmiError(Exception):
+    def __init__(self, message: str, rc: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rc = rc
+
+
+# ---- state ---------------------------------------------------------------------------------------
+def state_dir() -> Path:
+    return Path(os.environ.get("SPARKFLEET_NVIDIA_SIM_DIR", "/run/nvidia-sim"))
+
+
+@dataclass
+class GpuState:
+    persistence: bool = False
+    lock: list[int] | None = None  # [min, max] MHz as requested
+
+    @classmethod
+    def load(cls, path: Path) -> GpuState:
+        try:
+            data = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return cls()
+        lock = data.get("lock")
+        return cls(persistence=bool(data.get("persistence")), lock=list(lock) if lock else None)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"persistence": self.persistence, "lock": self.lock}) + "\n")
+        tmp.replace(path)
+
+
+@contextlib.contextmanager
+def locked_state(write: bool):
+    """The GPU state under a file lock: concurrent calls (the boot unit, Ansible) see one truth."""
+    directory = state_dir()
+    path = directory / "state.json"
+    if not write:
+        yield GpuState.load(path)
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "state.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = GpuState.load(path)
+        yield state
+        state.save(path)
+
+
+def latched() -> bool:
+    return (state_dir() / "latched").exists()
+
+
+def landed_clock(request_mhz: int) -> int:
+    """Where a requested clock ceiling lands: the grid point at least GUARD_MHZ below the request."""
+    if request_mhz >= MAX_SM_MHZ:
+        return MAX_SM_MHZ
+    target = request_mhz - GUARD_MHZ
+    steps = -(-(MAX_SM_MHZ - target) // GRID_MHZ)  # ceil division
+    return max(MIN_SM_MHZ, MAX_SM_MHZ - steps * GRID_MHZ)
+
+
+# ---- the GPU as seen by a query --------------------------------------------------------------------
+@dataclass
+class Process:
+    pid: int
+    name: str
+
+
+@dataclass
+class Snapshot:
+    state: GpuState
+    processes: list[Process] = field(default_factory=list)
+    latched: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.processes)
+
+    @property
+    def sm_mhz(self) -> int:
+        if self.latched:
+            return LATCHED_SM_MHZ
+        if self.state.lock:
+            return landed_clock(self.state.lock[1])
+        return MAX_SM_MHZ
+
+    @property
+    def reasons(self) -> int:
+        bits = 0 if self.busy else 0x1
+        if self.state.lock and not self.latched and landed_clock(self.state.lock[1]) < MAX_SM_MHZ:
+            bits |= 0x2  # locked clocks are reported as an applications clocks setting
+        return bits
+
+    @property
+    def power_w(self) -> float:
+        if not self.busy:
+            return 4.12
+        return round(6.0 + 40.0 * (self.sm_mhz / MAX_SM_MHZ) ** 2, 2)
+
+    @property
+    def temperature_c(self) -> int:
+        return 41 if not self.busy else 44 + int(34 * self.sm_mhz / MAX_SM_MHZ)
+
+    @property
+    def pstate(self) -> str:
+        return "P0" if self.busy else "P8"
+
+    @property
+    def uuid(self) -> str:
+        return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, "gb10." + socket.gethostname()))
+
+    @property
+    def serial(self) -> str:
+        return "1" + str(uuid.uuid5(uuid.NAMESPACE_DNS, "serial." + socket.gethostname()).int)[:12]
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
+    """Processes that run the engine: the GPU's compute processes on a Spark."""
+    me = os.getpid()
+    found = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        argv = _cmdline(int(entry.name))
+        if not argv or os.path.basename(argv[0]) in WRAPPERS:
+            continue
+        if any(ENGINE_MARK in arg.lower() for arg in argv):
+            found.append(Process(pid=int(entry.name), name=argv[0]))
+    return sorted(found, key=lambda p: p.pid)
+
+
+def snapshot() -> Snapshot:
+    with locked_state(write=False) as state:
+        return Snapshot(state=state, processes=engine_processes(), latched=latched())
+
+
+# ---- --query-gpu ---------------------------------------------------------------------------------
+NA = "[N/A]"
+
+
+@dataclass(frozen=True)
+class Field:
+    header: str
+    unit: str | None
+    value: object  # callable(Snapshot) -> str
+
+
+def _mhz(fn):
+    return lambda s: str(fn(s))
+
+
+def _reason(bit: int):
+    return lambda s: "Active" if s.reasons & bit else "Not Active"
+
+
+def _build_fields() -> dict[str, Field]:
+    f: dict[str, Field] = {}
+
+    def add(names: str, header: str, unit: str | None, value) -> None:
+        for name in names.split("|"):
+            f[name] = Field(header, unit, value)
+
+    add("timestamp", "timestamp", None, lambda s: time.strftime("%Y/%m/%d %H:%M:%S.000"))
+    add("driver_version", "driver_version", None, lambda s: DRIVER_VERSION)
+    add("count", "count", None, lambda s: "1")
+    add("name|gpu_name", "name", None, lambda s: PRODUCT)
+    add("serial|gpu_serial", "serial", None, lambda s: s.serial)
+    add("uuid|gpu_uuid", "uuid", None, lambda s: s.uuid)
+    add("pci.bus_id|gpu_bus_id", "pci.bus_id", None, lambda s: BUS_ID)
+    add("pci.domain", "pci.domain", None, lambda s: "0x000F")
+    add("pci.bus", "pci.bus", None, lambda s: "0x01")
+    add("pci.device", "pci.device", None, lambda s: "0x00")
+    add("pci.device_id", "pci.device_id", None, lambda s: "0x2E1210DE")
+    add("index", "index", None, lambda s: "0")
+    add("display_active", "display_active", None, lambda s: "Disabled")
+    add("display_attached", "display_attached", None, lambda s: "No")
+    add(
+        "persistence_mode",
+        "persistence_mode",
+        None,
+        lambda s: "Enabled" if s.state.persistence else "Disabled",
+    )
+    add("addressing_mode", "addressing_mode", None, lambda s: "ATS")
+    add("vbios_version", "vbios_version", None, lambda s: VBIOS)
+    add("pstate", "pstate", None, lambda s: s.pstate)
+    add("fan.speed", "fan.speed", "%", lambda s: NA)
+    add("compute_mode", "compute_mode", None, lambda s: "Default")
+    add("compute_cap", "compute_cap", None, lambda s: "12.1")
+    add("mig.mode.current", "mig.mode.current", None, lambda s: NA)
+    add("mig.mode.pending", "mig.mode.pending", None, lambda s: NA)
+    add(
+        "clocks_event_reasons.supported|clocks_throttle_reasons.supported",
+        "clocks_event_reasons.supported",
+        None,
+        lambda s: f"0x{SUPPORTED_REASONS:016X}",
+    )
+    add(
+        "clocks_event_reasons.active|clocks_throttle_reasons.active",
+        "clocks_event_reasons.active",
+        None,
+        lambda s: f"0x{s.reasons:016X}",
+    )
+    for bit, key, _label in REASONS:
+        if key == "display_clock_setting":
+            continue
+        add(
+            f"clocks_event_reasons.{key}|clocks_throttle_reasons.{key}",
+            f"clocks_event_reasons.{key}",
+            None,
+            _reason(bit),
+        )
+    return _add_sensor_fields(f, add)
+
+
+def _add_sensor_fields(f: dict[str, Field], add) -> dict[str, Field]:
+    """Memory, utilization, temperature, power and clock fields."""
+    for kind in ("total", "reserved", "used", "free"):
+        add(f"memory.{kind}", f"memory.{kind}", "MiB", lambda s: NA)
+    add("utilization.gpu", "utilization.gpu", "%", lambda s: "96" if s.busy else "0")
+    add("utilization.memory", "utilization.memory", "%", lambda s: NA)
+    add("temperature.gpu", "temperature.gpu", None, lambda s: str(s.temperature_c))
+    add("temperature.memory", "temperature.memory", None, lambda s: NA)
+    add("power.management", "power.management", None, lambda s: "Supported")
+    add("power.draw", "power.draw", "W", lambda s: f"{s.power_w:.2f}")
+    add("power.draw.average|gpu.power.draw.average", "power.draw.average", "W", lambda s: f"{s.power_w:.2f}")
+    add("power.draw.instant|gpu.power.draw.instant", "power.draw.instant", "W", lambda s: f"{s.power_w:.2f}")
+    for names, header in (
+        ("power.limit|gpu.power.requested_limit", "power.limit"),
+        ("enforced.power.limit|gpu.power.current_limit", "enforced.power.limit"),
+        ("power.default_limit|gpu.power.default_limit", "power.default_limit"),
+        ("power.min_limit|gpu.power.min_limit", "power.min_limit"),
+        ("power.max_limit|gpu.power.max_limit", "power.max_limit"),
+    ):
+        add(names, header, "W", lambda s: NA)
+    add("clocks.current.graphics|clocks.gr", "clocks.current.graphics", "MHz", _mhz(lambda s: s.sm_mhz))
+    add("clocks.current.sm|clocks.sm", "clocks.current.sm", "MHz", _mhz(lambda s: s.sm_mhz))
+    add("clocks.current.memory|clocks.mem", "clocks.current.memory", "MHz", lambda s: NA)
+    add("clocks.current.video|clocks.video", "clocks.current.video", "MHz", _mhz(lambda s: VIDEO_MHZ))
+    add(
+        "clocks.applications.graphics|clocks.applications.gr",
+        "clocks.applications.graphics",
+        "MHz",
+        lambda s: NA,
+    )
+    add(
+        "clocks.applications.memory|clocks.applications.mem",
+        "clocks.applications.memory",
+        "MHz",
+        lambda s: NA,
+    )
+    add(
+        "clocks.default_applications.graphics|clocks.default_applications.gr",
+        "clocks.default_applications.graphics",
+        "MHz",
+        lambda s: NA,
+    )
+    add(
+        "clocks.default_applications.memory|clocks.default_applications.mem",
+        "clocks.default_applications.memory",
+        "MHz",
+        lambda s: NA,
+    )
+    add("clocks.max.graphics|clocks.max.gr", "clocks.max.graphics", "MHz", _mhz(lambda s: MAX_SM_MHZ))
+    add("clocks.max.sm", "clocks.max.sm", "MHz", _mhz(lambda s: MAX_SM_MHZ))
+    add("clocks.max.memory|clocks.max.mem", "clocks.max.memory", "MHz", lambda s: NA)
+    return f
+
+
+GPU_FIELDS = _build_fields()
+
+APP_FIELDS: dict[str, Field] = {
+    "timestamp": Field("timestamp", None, lambda sp: time.strftime("%Y/%m/%d %H:%M:%S.000")),
+    "gpu_name": Field("gpu_name", None, lambda sp: PRODUCT),
+    "gpu_bus_id": Field("gpu_bus_id", None, lambda sp: BUS_ID),
+    "gpu_serial": Field("gpu_serial", None, lambda sp: sp[0].serial),
+    "gpu_uuid": Field("gpu_uuid", None, lambda sp: sp[0].uuid),
+    "pid": Field("pid", None, lambda sp: str(sp[1].pid)),
+    "process_name|name": Field("process_name", None, lambda sp: sp[1].name),
+    "used_gpu_memory|used_memory": Field("used_gpu_memory", "MiB", lambda sp: NA),
+}
+APP_FIELDS = {alias: fld for names, fld in APP_FIELDS.items() for alias in names.split("|")}
+
+
+def _parse_format(fmt: str | None) -> tuple[bool, bool]:
+    if fmt is None:
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    opts = [o.strip() for o in fmt.split(",") if o.strip()]
+    if "csv" not in opts or any(o not in {"csv", "noheader", "nounits"} for o in opts):
+        raise SmiError(f'"{fmt}" is not a valid format.\n' + USAGE_HINT, RC_INVALID_ARG)
+    return "noheader" in opts, "nounits" in opts
+
+
+def _select(fields: dict[str, Field], query: str) -> list[Field]:
+    names = [n.strip() for n in query.split(",")]
+    chosen = []
+    for name in names:
+        if name not in fields:
+            raise SmiError(f'Field "{name}" is not a valid field to query.\n\n', RC_INVALID_ARG)
+        chosen.append(fields[name])
+    return chosen
+
+
+def _csv(chosen: list[Field], rows: list[object], noheader: bool, nounits: bool) -> str:
+    out = []
+    if not noheader:
+        out.append(", ".join(f.header + (f" [{f.unit}]" if f.unit else "") for f in chosen))
+    for row in rows:
+        values = []
+        for f in chosen:
+            value = str(f.value(row))
+            if f.unit and not nounits and value != NA:
+                value = f"{value} {f.unit}" if f.unit != "%" else f"{value} %"
+            values.append(value)
+        out.append(", ".join(values))
+    return "".join(line + "\n" for line in out)
+
+
+def query_gpu(query: str, fmt: str | None) -> str:
+    noheader, nounits = _parse_format(fmt)
+    chosen = _select(GPU_FIELDS, query)
+    return _csv(chosen, [snapshot()], noheader, nounits)
+
+
+def query_apps(query: str, fmt: str | None) -> str:
+    noheader, nounits = _parse_format(fmt)
+    chosen = _select(APP_FIELDS, query)
+    snap = snapshot()
+    return _csv(chosen, [(snap, p) for p in snap.processes], noheader, nounits)
+
+
+# ---- the summary table and -L ----------------------------------------------------------------------
+def _now() -> str:
+    return time.strftime("%a %b %e %H:%M:%S %Y")
+
+
+def table() -> str:
+    s = snapshot()
+    bar = "+" + "-" * 89 + "+"
+    grid = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+    pm = "On" if s.state.persistence else "Off"
+
+    def row(a: str, b: str, c: str) -> str:
+        assert len(a) == 41 and len(b) == 24 and len(c) == 22, (a, b, c)
+        return f"|{a}|{b}|{c}|"
+
+    def wide(text: str) -> str:
+        assert len(text) <= 89, text
+        return f"|{text:<89}|"
+
+    lines = [
+        f"{_now()}       ",
+        bar,
+        wide(
+            f" NVIDIA-SMI {DRIVER_VERSION:<23}Driver Version: {DRIVER_VERSION:<15}"
+            f"CUDA Version: {CUDA_VERSION:<9}"
+        ),
+        grid,
+        row(
+            " GPU  Name                 Persistence-M ", " Bus-Id          Disp.A ", " Volatile Uncorr. ECC "
+        ),
+        row(
+            " Fan  Temp   Perf          Pwr:Usage/Cap ", "           Memory-Usage ", " GPU-Util  Compute M. "
+        ),
+        row(
+            "                                         ", "                        ", "               MIG M. "
+        ),
+        "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
+        row(f"   0  {PRODUCT}{pm:>{33 - len(PRODUCT)}}  ", f"   {BUS_ID} Off ", f"{'N/A':>21} "),
+        row(
+            f" N/A  {s.temperature_c:>3}C    {s.pstate}{round(s.power_w):>15}W /  N/A  ",
+            f" {'Not Supported':<23}",
+            f"{'96%' if s.busy else '0%':>8}      Default ",
+        ),
+        row(" " * 41, " " * 24, f"{'N/A':>21} "),
+        grid,
+        "",
+        bar,
+        wide(" Processes:"),
+        wide("  GPU   GI   CI              PID   Type   Process name                        GPU Memory"),
+        wide("        ID   ID                                                               Usage     "),
+        "|" + "=" * 89 + "|",
+    ]
+    if not s.processes:
+        lines.append(wide("  No running processes found"))
+    for p in s.processes:
+        name = p.name if len(p.name) <= 35 else "..." + p.name[-32:]
+        lines.append(wide(f"    0   N/A  N/A  {p.pid:>15}      C   {name:<35}{'N/A':>10} "))
+    lines.append(bar)
+    return "\n".join(lines) + "\n"
+
+
+def list_gpus() -> str:
+    return f"GPU 0: {PRODUCT} (UUID: {snapshot().uuid})\n"
+
+
+def version() -> str:
+    return (
+        f"NVIDIA-SMI version  : {DRIVER_VERSION}\n"
+        f"NVML version        : {NVML_VERSION}\n"
+        f"DRIVER version      : {DRIVER_VERSION}\n"
+        f"CUDA Version        : {CUDA_VERSION}\n"
+    )
+
+
+# ---- -q --------------------------------------------------------------------------------------------
+DISPLAY_TYPES = {
+    "MEMORY",
+    "UTILIZATION",
+    "ECC",
+    "TEMPERATURE",
+    "POWER",
+    "CLOCK",
+    "COMPUTE",
+    "PIDS",
+    "PERFORMANCE",
+    "SUPPORTED_CLOCKS",
+    "PAGE_RETIREMENT",
+    "ACCOUNTING",
+    "ENCODER_STATS",
+    "SUPPORTED_GPU_TARGET_TEMP",
+    "VOLTAGE",
+    "FBC_STATS",
+    "ROW_REMAPPER",
+    "GSP_FIRMWARE_VERSION",
+    "POWER_SMOOTHING",
+    "POWER_PROFILES",
+}
+
+
+def _kv(depth: int, key: str, value: str | None = None) -> str:
+    left = "    " * depth + key
+    if value is None:
+        return left
+    return f"{left:<55}: {value}"
+
+
+def _q_sections(s: Snapshot, samples: bool) -> list[tuple[str | None, list[str]]]:
+    """(display type or None for `-q` only, lines) in the order the real tool prints them."""
+    reasons = [
+        _kv(1, "Clocks Event Reasons"),
+        *(
+            _kv(2 if label not in {"HW Thermal Slowdown", "HW Power Brake Slowdown"} else 3, label, state)
+            for label, state in [
+                ("Idle", "Active" if s.reasons & 0x1 else "Not Active"),
+                ("Applications Clocks Setting", "Active" if s.reasons & 0x2 else "Not Active"),
+                ("SW Power Cap", "Not Active"),
+                ("HW Slowdown", "Not Active"),
+                ("HW Thermal Slowdown", "Not Active"),
+                ("HW Power Brake Slowdown", "Not Active"),
+                ("Sync Boost", "Not Active"),
+                ("SW Thermal Slowdown", "Not Active"),
+                ("Display Clock Setting", "Not Active"),
+            ]
+        ),
+        _kv(1, "Clocks Event Reasons Counters"),
+        _kv(2, "SW Power Capping", "0 us"),
+        _kv(2, "Sync Boost", "0 us"),
+        _kv(2, "SW Thermal Slowdown", "0 us"),
+        _kv(2, "HW Thermal Slowdown", "0 us"),
+        _kv(2, "HW Power Braking", "0 us"),
+        _kv(1, "Sparse Operation Mode", "N/A"),
+    ]
+    sm = f"{s.sm_mhz} MHz"
+    clocks = [
+        _kv(1, "Clocks"),
+        _kv(2, "Graphics", sm),
+        _kv(2, "SM", sm),
+        _kv(2, "Memory", "N/A"),
+        _kv(2, "Video", f"{VIDEO_MHZ} MHz"),
+        _kv(1, "Applications Clocks"),
+        _kv(2, "Graphics", "N/A"),
+        _kv(2, "Memory", "N/A"),
+        _kv(1, "Default Applications Clocks"),
+        _kv(2, "Graphics", "N/A"),
+        _kv(2, "Memory", "N/A"),
+        _kv(1, "Deferred Clocks"),
+        _kv(2, "Memory", "N/A"),
+        _kv(1, "Max Clocks"),
+        _kv(2, "Graphics", f"{MAX_SM_MHZ} MHz"),
+        _kv(2, "SM", f"{MAX_SM_MHZ} MHz"),
+        _kv(2, "Memory", "N/A"),
+        _kv(2, "Video", f"{VIDEO_MHZ} MHz"),
+        _kv(1, "Max Customer Boost Clocks"),
+        _kv(2, "Graphics", "N/A"),
+    ]
+    if samples:
+        for what in ("SM Clock Samples", "Memory Clock Samples"):
+            clocks.append(_kv(1, what))
+            clocks.extend(
+                _kv(2, k, "Not Found") for k in ("Duration", "Number of Samples", "Max", "Min", "Avg")
+            )
+    clocks += [_kv(1, "Clock Policy"), _kv(2, "Auto Boost", "N/A"), _kv(2, "Auto Boost Default", "N/A")]
+    procs = [_kv(1, "Processes", "None")] if not s.processes else [_kv(1, "Processes")]
+    for p in s.processes:
+        procs += [
+            _kv(2, "GPU instance ID", "N/A"),
+            _kv(2, "Compute instance ID", "N/A"),
+            _kv(2, "Process ID", str(p.pid)),
+            _kv(3, "Type", "C"),
+            _kv(3, "Name", p.name),
+            _kv(3, "Used GPU Memory", "N/A"),
+        ]
+    return [
+        (
+            None,
+            [
+                _kv(1, "Product Name", PRODUCT),
+                _kv(1, "Product Brand", "NVIDIA RTX"),
+                _kv(1, "Product Architecture", "Blackwell"),
+                _kv(1, "Display Mode", "Requested functionality has been deprecated"),
+                _kv(1, "Display Attached", "No"),
+                _kv(1, "Display Active", "Disabled"),
+                _kv(1, "Persistence Mode", "Enabled" if s.state.persistence else "Disabled"),
+                _kv(1, "Addressing Mode", "ATS"),
+                _kv(1, "MIG Mode"),
+                _kv(2, "Current", "N/A"),
+                _kv(2, "Pending", "N/A"),
+                _kv(1, "Accounting Mode", "Disabled"),
+                _kv(1, "Accounting Mode Buffer Size", "4000"),
+                _kv(1, "Driver Model"),
+                _kv(2, "Current", "N/A"),
+                _kv(2, "Pending", "N/A"),
+                _kv(1, "Serial Number", s.serial),
+                _kv(1, "GPU UUID", s.uuid),
+                _kv(1, "Minor Number", "0"),
+                _kv(1, "VBIOS Version", VBIOS),
+                _kv(1, "MultiGPU Board", "No"),
+                _kv(1, "Board ID", "0xf0100"),
+                _kv(1, "GPU Part Number", "N/A"),
+                _kv(1, "GPU Operation Mode"),
+                _kv(2, "Current", "N/A"),
+                _kv(2, "Pending", "N/A"),
+                _kv(1, "GPU C2C Mode", "Enabled"),
+                _kv(1, "GPU Recovery Action", "None"),
+            ],
+        ),
+        ("GSP_FIRMWARE_VERSION", [_kv(1, "GSP Firmware Version", DRIVER_VERSION)]),
+        (
+            None,
+            [
+                _kv(1, "PCI"),
+                _kv(2, "Bus", "0x01"),
+                _kv(2, "Device", "0x00"),
+                _kv(2, "Domain", "0x000F"),
+                _kv(2, "Device Id", "0x2E1210DE"),
+                _kv(2, "Bus Id", BUS_ID),
+                _kv(1, "Fan Speed", "N/A"),
+            ],
+        ),
+        ("PERFORMANCE", [_kv(1, "Performance State", s.pstate), *reasons]),
+        (
+            "MEMORY",
+            [
+                _kv(1, "FB Memory Usage"),
+                *(_kv(2, k, "N/A") for k in ("Total", "Reserved", "Used", "Free")),
+                _kv(1, "BAR1 Memory Usage"),
+                *(_kv(2, k, "N/A") for k in ("Total", "Used", "Free")),
+            ],
+        ),
+        ("COMPUTE", [_kv(1, "Compute Mode", "Default")]),
+        (
+            "UTILIZATION",
+            [
+                _kv(1, "Utilization"),
+                _kv(2, "GPU", "96 %" if s.busy else "0 %"),
+                *(_kv(2, k, "N/A") for k in ("Memory", "Encoder", "Decoder", "JPEG", "OFA")),
+            ],
+        ),
+        ("ECC", [_kv(1, "ECC Mode"), _kv(2, "Current", "N/A"), _kv(2, "Pending", "N/A")]),
+        (
+            "TEMPERATURE",
+            [
+                _kv(1, "Temperature"),
+                _kv(2, "GPU Current Temp", f"{s.temperature_c} C"),
+                _kv(2, "GPU T.Limit Temp", "N/A"),
+                _kv(2, "GPU Shutdown T.Limit Temp", "N/A"),
+                _kv(2, "GPU Slowdown T.Limit Temp", "N/A"),
+                _kv(2, "GPU Max Operating T.Limit Temp", "N/A"),
+                _kv(2, "GPU Target Temperature", "N/A"),
+                _kv(2, "Memory Current Temp", "N/A"),
+                _kv(2, "Memory Max Operating T.Limit Temp", "N/A"),
+            ],
+        ),
+        (
+            "POWER",
+            [
+                _kv(1, "GPU Power Readings"),
+                _kv(2, "Average Power Draw", f"{s.power_w:.2f} W"),
+                _kv(2, "Instantaneous Power Draw", f"{s.power_w:.2f} W"),
+                *(
+                    _kv(2, k, "N/A")
+                    for k in (
+                        "Current Power Limit",
+                        "Requested Power Limit",
+                        "Default Power Limit",
+                        "Min Power Limit",
+                        "Max Power Limit",
+                    )
+                ),
+            ],
+        ),
+        ("CLOCK", clocks),
+        ("SUPPORTED_CLOCKS", [_kv(1, "Supported Clocks", "N/A")]),
+        ("PIDS", procs),
+    ]
+
+
+def query_full(displays: list[str] | None) -> str:
+    s = snapshot()
+    lines = [
+        "",
+        "==============NVSMI LOG==============",
+        "",
+        _kv(0, "Timestamp", _now()),
+        _kv(0, "Driver Version", DRIVER_VERSION),
+        _kv(0, "CUDA Version", CUDA_VERSION),
+        "",
+        _kv(0, "Attached GPUs", "1"),
+        f"GPU {BUS_ID}",
+    ]
+    for kind, body in _q_sections(s, samples=bool(displays and "CLOCK" in displays)):
+        if displays is None:
+            if kind != "SUPPORTED_CLOCKS":  # like the real tool: only on request
+                lines += body
+        elif kind in displays:
+            lines += body
+    return "\n".join(lines) + "\n\n"
+
+
+# ---- device modification ------------------------------------------------------------------------
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise SmiError(what, RC_NO_PERMISSION)
+
+
+def set_persistence(value: str) -> str:
+    mode = {"0": False, "DISABLED": False, "1": True, "ENABLED": True}.get(value.upper())
+    if mode is None:
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    word = "Enabled" if mode else "Disabled"
+    _need_root(
+        f"Unable to set persistence mode for GPU {BUS_ID}: Insufficient Permissions\n"
+        "Terminating early due to previous errors.\n"
+    )
+    with locked_state(write=True) as state:
+        if state.persistence == mode:
+            return f"Persistence mode is already {word} for GPU {BUS_ID}.\nAll done.\n"
+        state.persistence = mode
+    return f"{word} persistence mode for GPU {BUS_ID}.\nAll done.\n"
+
+
+def lock_clocks(value: str) -> str:
+    parts = value.split(",")
+    if len(parts) not in (1, 2) or not all(re.fullmatch(r"\d+", p.strip()) for p in parts):
+        raise SmiError(
+            f'Invalid clock value "{value}": expected <minGpuClock,maxGpuClock> or <GpuClockValue> in MHz.\n'
+            + USAGE_HINT,
+            RC_INVALID_ARG,
+        )
+    low, high = (int(parts[0]), int(parts[-1]))
+    if low > high:
+        raise SmiError(
+            f"Invalid clock range: the minimum ({low} MHz) is greater than the maximum ({high} MHz).\n",
+            RC_INVALID_ARG,
+        )
+    _need_root(
+        f"The current user does not have permission to change clocks for GPU {BUS_ID}.\n"
+        "Terminating early due to previous errors.\n"
+    )
+    with locked_state(write=True) as state:
+        state.lock = [low, high]
+    return f'GPU clocks set to "(gpuClkMin {low}, gpuClkMax {high})" for GPU {BUS_ID}\n\nAll done.\n'
+
+
+def reset_clocks() -> str:
+    _need_root(
+        f"The current user does not have permission to change clocks for GPU {BUS_ID}.\n"
+        "Terminating early due to previous errors.\n"
+    )
+    with locked_state(write=True) as state:
+        state.lock = None
+    return "All done.\n"
+
+
+# ---- command line ----------------------------------------------------------------------------------
+FLAGS_WITH_VALUE = {
+    "-i": "id",
+    "--id": "id",
+    "-d": "display",
+    "--display": "display",
+    "-pm": "pm",
+    "--persistence-mode": "pm",
+    "-lgc": "lgc",
+    "--lock-gpu-clocks": "lgc",
+    "-m": "mode",
+    "--mode": "mode",
+    "--query-gpu": "query_gpu",
+    "--query-compute-apps": "query_apps",
+    "--format": "format",
+    "-f": "filename",
+    "--filename": "filename",
+}
+FLAGS_BARE = {
+    "-h": "help",
+    "--help": "help",
+    "--version": "version",
+    "-L": "list",
+    "--list-gpus": "list",
+    "-q": "query",
+    "--query": "query",
+    "-rgc": "rgc",
+    "--reset-gpu-clocks": "rgc",
+    "--help-query-gpu": "help_query_gpu",
+}
+
+
+def parse(argv: list[str]) -> dict[str, str | bool]:
+    opts: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, inline = arg.partition("=")
+        if name in FLAGS_WITH_VALUE:
+            if eq:
+                value = inline
+            else:
+                i += 1
+                if i >= len(argv):
+                    raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+                value = argv[i]
+            opts[FLAGS_WITH_VALUE[name]] = value
+        elif arg in FLAGS_BARE:
+            opts[FLAGS_BARE[arg]] = True
+        else:
+            raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+        i += 1
+    return opts
+
+
+def _check_id(opts: dict[str, str | bool]) -> None:
+    target = str(opts.get("id", "0"))
+    if target not in {"0", BUS_ID, "00000000:01:00.0"} and not target.startswith("GPU-"):
+        raise SmiError("No devices were found\n", RC_NOT_FOUND)
+
+
+def _modify(opts: dict[str, str | bool]) -> str | None:
+    """Device modification options: at most one per call, like the real tool."""
+    actions = [k for k in ("pm", "lgc", "rgc") if k in opts]
+    if len(actions) > 1 or ("mode" in opts and "lgc" not in opts):
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    if not actions:
+        return None
+    if actions[0] == "pm":
+        return set_persistence(str(opts["pm"]))
+    if actions[0] == "lgc":
+        return lock_clocks(str(opts["lgc"]))
+    return reset_clocks()
+
+
+def _displays(opts: dict[str, str | bool]) -> list[str] | None:
+    if "display" not in opts:
+        return None
+    displays = [d.strip().upper() for d in str(opts["display"]).split(",") if d.strip()]
+    unknown = [d for d in displays if d not in DISPLAY_TYPES]
+    if unknown:
+        raise SmiError(f'"{unknown[0]}" is not a valid display type.\n' + USAGE_HINT, RC_INVALID_ARG)
+    return displays
+
+
+def _report(opts: dict[str, str | bool]) -> str:
+    fmt = opts.get("format")
+    fmt = None if fmt is None else str(fmt)
+    if "query_gpu" in opts:
+        return query_gpu(str(opts["query_gpu"]), fmt)
+    if "query_apps" in opts:
+        return query_apps(str(opts["query_apps"]), fmt)
+    if fmt is not None or ("display" in opts and not opts.get("query")):
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    if opts.get("list"):
+        return list_gpus()
+    if opts.get("query"):
+        return query_full(_displays(opts))
+    return table()
+
+
+def run(argv: list[str]) -> tuple[str, int]:
+    opts = parse(argv)
+    _check_id(opts)
+    if opts.get("help"):
+        return f"NVIDIA System Management Interface -- v{DRIVER_VERSION} (sparkfleet lab simulator)\n", RC_OK
+    if opts.get("version"):
+        return version(), RC_OK
+    if opts.get("help_query_gpu"):
+        return "".join(f'"{name}"\n' for name in sorted(GPU_FIELDS)), RC_OK
+    changed = _modify(opts)
+    return (changed if changed is not None else _report(opts)), RC_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        out, rc = run(sys.argv[1:] if argv is None else argv)
+    except SmiError as err:
+        sys.stdout.write(err.message)
+        return err.rc
+    target = parse_filename(sys.argv[1:] if argv is None else argv)
+    if target:
+        Path(target).write_text(out)
+    else:
+        sys.stdout.write(out)
+    return rc
+
+
+def parse_filename(argv: list[str]) -> str | None:
+    try:
+        value = parse(argv).get("filename")
+    except SmiError:
+        return None
+    return str(value) if value else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
