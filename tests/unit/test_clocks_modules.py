@@ -1,0 +1,322 @@
+"""sparkfleet_gpu_clocks / sparkfleet_cpu_clocks run as Ansible runs them, against the GPU simulator
+and a fake cpufreq tree; and the boot script that re-applies the caps after a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as AnsibleFilters
+from ansible.plugins.test.core import TestModule as AnsibleTests
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles/gpu_clocks"
+SIM = ROOT / "python/sparkfleet/lab/sim/nvidia_smi.py"
+sys.path.insert(0, str(ROLE / "library"))
+
+import sparkfleet_cpu_clocks as cpu_mod  # noqa: E402
+import sparkfleet_gpu_clocks as gpu_mod  # noqa: E402
+
+
+class Node:
+    """One simulated Spark: a GPU simulator, /var/lib (persists) and /run (a restart empties it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.run_dir = root / "run"
+        self.sim_dir = self.run_dir / "nvidia-sim"
+        self.state_dir = root / "var/lib/sparkfleet/clocks"
+        self.bin = root / "bin"
+        self.bin.mkdir(parents=True)
+        smi = self.bin / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(SIM))} "$@"\n')
+        smi.chmod(0o755)
+        self.env = {**os.environ, "SPARKFLEET_NVIDIA_SIM_DIR": str(self.sim_dir)}
+
+    def smi(self, *args: str) -> str:
+        return subprocess.run(
+            [str(self.bin / "nvidia-smi"), *args], env=self.env, capture_output=True, text=True, check=True
+        ).stdout
+
+    def sm(self) -> int:
+        return int(self.smi("--query-gpu=clocks.sm", "--format=csv,noheader,nounits"))
+
+    def persistence(self) -> str:
+        return self.smi("--query-gpu=persistence_mode", "--format=csv,noheader").strip()
+
+    def restart(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)  # /run is a tmpfs
+
+    def module(self, name: str, check: bool = False, **args: object) -> dict:
+        args = {"_ansible_check_mode": check, "_ansible_diff": True, **args}
+        argfile = self.root / "args.json"
+        argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        proc = subprocess.run(
+            [sys.executable, str(ROLE / "library" / f"{name}.py"), str(argfile)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return json.loads(proc.stdout)
+
+    def gpu(self, cap: int | None = None, check: bool = False, **args: object) -> dict:
+        base = {
+            "nvidia_smi": str(self.bin / "nvidia-smi"),
+            "state_file": str(self.state_dir / "gpu.conf"),
+            "applied_file": str(self.run_dir / "sparkfleet/clocks/gpu.applied"),
+        }
+        if cap is not None:
+            base["cap_mhz"] = cap
+        return self.module("sparkfleet_gpu_clocks", check=check, **{**base, **args})
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+# ---- the GPU module against the simulator ------------------------------------------------------------
+def test_set_then_a_second_run_reports_no_change(node):
+    first = node.gpu(2300)
+    assert first["changed"] is True, first
+    assert first["commands"] == ["nvidia-smi -pm 1", "nvidia-smi -lgc 0,2300"]
+    assert 2270 <= node.sm() < 2300
+    assert node.persistence() == "Enabled"
+    assert "GPU_CLOCK_CAP_MHZ=2300\n" in (node.state_dir / "gpu.conf").read_text()
+    assert first["gpus"][0]["sm_mhz"] == node.sm()
+    second = node.gpu(2300)
+    assert second["changed"] is False, second
+    assert second["commands"] == []
+
+
+def test_check_mode_reports_the_change_and_changes_nothing(node):
+    node.gpu(2300)
+    dry = node.gpu(2100, check=True)
+    assert dry["changed"] is True
+    assert dry["commands"] == ["nvidia-smi -lgc 0,2100"]
+    assert dry["diff"]["before"].endswith("GPU_CLOCK_CAP_MHZ=2300\n")
+    assert dry["diff"]["after"].endswith("GPU_CLOCK_CAP_MHZ=2100\n")
+    assert 2270 <= node.sm() < 2300
+    assert "GPU_CLOCK_CAP_MHZ=2300" in (node.state_dir / "gpu.conf").read_text()
+    assert node.gpu(2300, check=True)["changed"] is False
+
+
+def test_change_cap_and_reset_to_stock(node):
+    node.gpu(2300)
+    changed = node.gpu(2100)
+    assert changed["changed"] and changed["commands"] == ["nvidia-smi -lgc 0,2100"]
+    assert 2060 <= node.sm() < 2100  # SPEC: 2100 lands at ~2080
+    reset = node.gpu(0)
+    assert reset["changed"] and reset["commands"] == ["nvidia-smi -rgc"]
+    assert node.sm() == 3003
+    assert "GPU_CLOCK_CAP_MHZ=0\n" in (node.state_dir / "gpu.conf").read_text()
+    assert node.gpu(0)["changed"] is False
+
+
+def test_cap_is_reapplied_after_a_restart(node):
+    node.gpu(2300)
+    node.restart()
+    assert node.sm() == 3003 and node.persistence() == "Disabled"  # lost, as on a real reboot
+    query = node.gpu(state="query")
+    assert query["cap_mhz"] == 2300 and query["applied"] is None and query["in_effect"] is False
+    again = node.gpu(2300)
+    assert again["changed"] is True
+    assert again["reasons"][-1] == "no cap applied since this boot"
+    assert again["commands"] == ["nvidia-smi -pm 1", "nvidia-smi -lgc 0,2300"]
+    assert node.sm() < 2300
+    assert node.gpu(2300)["changed"] is False
+
+
+def test_a_lost_lock_is_detected_by_the_running_clock(node):
+    node.gpu(2300)
+    node.smi("-rgc")  # e.g. a GPU reset after a hang: the marker still says 2300
+    result = node.gpu(2300)
+    assert result["changed"] is True
+    assert "above the cap" in result["reasons"][0]
+    assert node.sm() < 2300
+
+
+def test_query_reports_and_flags_a_latched_gpu(node):
+    node.gpu(2300)
+    node.sim_dir.joinpath("latched").touch()
+    result = node.gpu(state="query")
+    assert result["changed"] is False
+    assert result["latched"] is True
+    assert result["gpus"][0]["sm_mhz"] < 1000
+    assert "unplug AC" in json.dumps(result["warnings"])
+    assert any("LATCHED" in line for line in result["report"])
+    assert result["report"][0] == "GPU cap: 2300 MHz, applied since this boot"
+    # a latched clock is under the cap: no re-apply loop
+    assert node.gpu(2300)["changed"] is False
+
+
+def test_query_of_an_unconfigured_node(node):
+    result = node.gpu(state="query")
+    assert result["cap_mhz"] is None and result["latched"] is False
+    assert "never configured" in result["report"][0]
+    assert "persistence Disabled" in result["report"][1]
+    assert "GPU idle" in result["report"][1]
+
+
+def test_missing_nvidia_smi_fails_clearly(node):
+    result = node.gpu(2300, nvidia_smi=str(node.root / "nope/nvidia-smi"))
+    assert result["failed"] is True
+    assert "not found" in result["msg"]
+
+
+def test_an_nvidia_smi_error_fails_with_its_output(node):
+    broken = node.bin / "broken-smi"
+    broken.write_text(
+        '#!/bin/sh\ncase "$*" in *query*) exec "$(dirname "$0")/nvidia-smi" "$@";; esac\n'
+        'echo "The current user does not have permission to change clocks for GPU 0000000F:01:00.0."\n'
+        "exit 4\n"
+    )
+    broken.chmod(0o755)
+    result = node.gpu(2300, nvidia_smi=str(broken), persistence_mode=False)
+    assert result["failed"] is True
+    assert "exit 4" in result["msg"] and "permission" in result["msg"]
+    assert not (node.state_dir / "gpu.conf").exists()  # nothing recorded that did not happen
+
+
+def test_parse_and_plan_are_pure():
+    gpus = gpu_mod.parse_gpus("0, NVIDIA GB10, Enabled, 855, 3003, 0x0000000000000000\n", 1000)
+    assert gpus[0]["latched"] is True and gpus[0]["event_reason_names"] == []
+    todo = gpu_mod.plan(2300, gpus, configured=2300, applied=2300, persistence=True)
+    assert todo == {"commands": [], "write_state": False, "reasons": []}
+    todo = gpu_mod.plan(0, gpus, configured=None, applied=None, persistence=True)
+    assert todo["commands"] == [["-rgc"]] and todo["write_state"] is True
+    with pytest.raises(gpu_mod.ClockError):
+        gpu_mod.parse_gpus("", 1000)
+    assert gpu_mod.read_cap("/nonexistent") is None
+
+
+# ---- the CPU module against a fake cpufreq tree ------------------------------------------------------
+def make_cpufreq(root: Path) -> Path:
+    cpufreq = root / "cpufreq"
+    # GB10: ten performance cores (policy0, up to 3.9 GHz) and ten efficiency cores (policy10, 2.8 GHz)
+    for name, cpus, max_khz in (("policy0", "0-9", 3900000), ("policy10", "10-19", 2808000)):
+        d = cpufreq / name
+        d.mkdir(parents=True)
+        (d / "cpuinfo_max_freq").write_text(f"{max_khz}\n")
+        (d / "cpuinfo_min_freq").write_text("338000\n")
+        (d / "scaling_max_freq").write_text(f"{max_khz}\n")
+        (d / "related_cpus").write_text(f"{cpus}\n")
+    return cpufreq
+
+
+def cpu(node: Node, cpufreq: Path, cap: int | None = None, check: bool = False, **args: object) -> dict:
+    base = {"cpufreq_root": str(cpufreq), "state_file": str(node.state_dir / "cpu.conf")}
+    if cap is not None:
+        base["cap_mhz"] = cap
+    return node.module("sparkfleet_cpu_clocks", check=check, **base, **args)
+
+
+def test_cpu_cap_limits_only_the_faster_cores_and_is_idempotent(node, tmp_path):
+    cpufreq = make_cpufreq(tmp_path)
+    result = cpu(node, cpufreq, 3600)
+    assert result["changed"] is True and result["written"] == ["policy0"]
+    assert (cpufreq / "policy0/scaling_max_freq").read_text() == "3600000\n"
+    assert (cpufreq / "policy10/scaling_max_freq").read_text() == "2808000\n"
+    assert "CPU_CLOCK_CAP_MHZ=3600" in (node.state_dir / "cpu.conf").read_text()
+    assert cpu(node, cpufreq, 3600)["changed"] is False
+    dry = cpu(node, cpufreq, 0, check=True)
+    assert dry["changed"] is True and (cpufreq / "policy0/scaling_max_freq").read_text() == "3600000\n"
+    assert cpu(node, cpufreq, 0)["changed"] is True
+    assert (cpufreq / "policy0/scaling_max_freq").read_text() == "3900000\n"
+    assert cpu(node, cpufreq, 0)["changed"] is False
+    shown = cpu(node, cpufreq, state="query")
+    assert shown["report"][0] == "CPU cap: 0 = stock"
+    assert "CPU policy0 (cpus 0-9): max 3900 MHz of 3900 MHz" in shown["report"]
+
+
+def test_cpu_without_cpufreq_is_skipped_with_a_reason(node, tmp_path):
+    result = cpu(node, tmp_path / "no-cpufreq", 3600)
+    assert result["skipped_reason"].startswith("no cpufreq policies")
+    assert result["written"] == []
+    assert result["changed"] is True  # the configured cap is recorded for the boot unit
+    assert cpu(node, tmp_path / "no-cpufreq", 3600)["changed"] is False
+    assert "skipped" in cpu(node, tmp_path / "no-cpufreq", state="query")["report"][0]
+
+
+def test_cpu_cap_under_the_minimum_fails(node, tmp_path):
+    result = cpu(node, make_cpufreq(tmp_path), 200)
+    assert result["failed"] is True and "minimum" in result["msg"]
+
+
+def test_cpu_tolerates_a_driver_rounding_the_ceiling():
+    policy = {"max_khz": 3900000, "current_max_khz": 3596000}
+    assert cpu_mod.in_effect(policy, 3600000)
+    assert not cpu_mod.in_effect({**policy, "current_max_khz": 3900000}, 3600000)
+
+
+# ---- the boot script re-applies what is configured --------------------------------------------------
+def render(template: str, **overrides: object) -> str:
+    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+    # Ansible's template module: trim_blocks, no autoescape (these are shell scripts and unit files).
+    env = jinja2.Environment(  # noqa: S701
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
+    )
+    env.filters.update(AnsibleFilters().filters())  # quote, bool, ... as Ansible renders them
+    env.tests.update(AnsibleTests().tests())
+    values = {**defaults, **overrides}
+    return env.from_string((ROLE / "templates" / template).read_text()).render(**values)
+
+
+def test_boot_script_reapplies_the_caps_after_a_restart(node, tmp_path):
+    cpufreq = make_cpufreq(tmp_path)
+    node.gpu(2300)
+    cpu(node, cpufreq, 3600)
+    node.restart()
+    (cpufreq / "policy0/scaling_max_freq").write_text("3900000\n")  # the kernel boots at stock
+    script = tmp_path / "sparkfleet-clocks"
+    script.write_text(
+        render(
+            "sparkfleet-clocks.sh.j2",
+            gpu_clocks_state_dir=str(node.state_dir),
+            gpu_clocks_run_dir=str(node.run_dir / "sparkfleet/clocks"),
+            gpu_clocks_cpufreq_root=str(cpufreq),
+            gpu_clocks_nvidia_smi=str(node.bin / "nvidia-smi"),
+        )
+    )
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU cap 2300 MHz applied" in proc.stdout
+    assert node.sm() < 2300 and node.persistence() == "Enabled"
+    assert (cpufreq / "policy0/scaling_max_freq").read_text().strip() == "3600000"
+    assert node.gpu(2300)["changed"] is False  # the module sees the boot unit's work
+
+
+def test_boot_script_retries_then_fails_when_the_driver_never_comes(node, tmp_path):
+    node.gpu(2300)
+    script = tmp_path / "sparkfleet-clocks"
+    script.write_text(
+        render(
+            "sparkfleet-clocks.sh.j2",
+            gpu_clocks_state_dir=str(node.state_dir),
+            gpu_clocks_run_dir=str(node.run_dir / "sparkfleet/clocks"),
+            gpu_clocks_cpufreq_root=str(tmp_path / "none"),
+            gpu_clocks_nvidia_smi="/bin/false",
+            gpu_clocks_boot_retries=3,
+            gpu_clocks_boot_retry_delay_s=0,
+        )
+    )
+    proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.count("not ready") == 2 and "not applied after 3 tries" in proc.stderr
+
+
+def test_boot_unit_orders_after_persistenced():
+    unit = render("sparkfleet-clocks.service.j2")
+    assert "After=nvidia-persistenced.service systemd-modules-load.service\n" in unit
+    assert "Wants=nvidia-persistenced.service\n" in unit
+    assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
