@@ -1,0 +1,165 @@
+"""The Python API: one method per sparkfleet verb, each returning a typed `RunResult`.
+
+>>> from sparkfleet.api import Cluster
+>>> result = Cluster("inventory/tp3").up(check=True)  # doctest: +SKIP
+>>> [(f.host, f.task, f.msg) for f in result.failures]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypedDict, Unpack
+
+from sparkfleet.runner import RunResult, find_project, run_playbook
+
+# Verb → playbook, relative to the project (docs/CONTRACTS.md).
+PLAYBOOKS: dict[str, str] = {
+    "up": "site.yml",
+    "preflight": "playbooks/preflight.yml",
+    "network": "playbooks/network.yml",
+    "host": "playbooks/host.yml",
+    "host-status": "playbooks/host_status.yml",
+    "reboot": "playbooks/reboot.yml",
+    "weights": "playbooks/weights.yml",
+    "engine": "playbooks/engine.yml",
+    "start": "playbooks/start.yml",
+    "stop": "playbooks/stop.yml",
+    "status": "playbooks/status.yml",
+    "verify": "playbooks/verify.yml",
+    "clocks": "playbooks/clocks.yml",
+}
+
+# One line per verb: the CLI's help and the API's docstrings say the same thing.
+VERB_HELP: dict[str, str] = {
+    "up": "provision the whole cluster: site.yml (preflight, network, host, reboot, clocks, "
+    "weights, engine, start)",
+    "preflight": "validate the inventory and the nodes (OS, disk, memory, GPU, links); changes nothing",
+    "network": "configure the fabric links (addresses, MTU 9000, checks) and SSH trust between nodes",
+    "host": "tune the hosts (sysctls, limits, services) and install earlyoom",
+    "host-status": "report the host tuning of every node (what is set, what differs); changes nothing",
+    "reboot": "reboot the nodes that need it, when allowed, and wait until they are back",
+    "weights": "download the model weights on the head, verify them, distribute them to every node",
+    "engine": "build the engine image on the head and ship it to the workers",
+    "start": "start the engine ranks in order and wait until the API is ready",
+    "stop": "stop the engine on every node",
+    "status": "report the state of every node and of the engine; changes nothing",
+    "verify": "send real requests to the API and check the answers",
+    "clocks": "GPU clock caps: set a cap in MHz, reset to the default, or show the current state",
+}
+
+CLOCKS_CAP_VAR = "gpu_clocks_cap_mhz"
+
+
+class RunOptions(TypedDict, total=False):
+    """The options every verb takes (the CLI's --check, --diff, --limit, --tags, -e, -v)."""
+
+    check: bool
+    diff: bool
+    limit: str | None
+    tags: str | None
+    skip_tags: str | None
+    extravars: dict[str, Any] | None
+    verbosity: int
+    on_event: Callable[[dict], None] | None
+    quiet: bool
+
+
+class Cluster:
+    """A cluster as described by one or more inventories (layered in order, like repeated -i).
+
+    Runs are silent by default (`quiet=True`); pass `quiet=False` for the CLI's live progress.
+    """
+
+    def __init__(
+        self, inventory: str | Path | list[str | Path], project_dir: str | Path | None = None
+    ) -> None:
+        self.inventories: list[str | Path] = (
+            [inventory] if isinstance(inventory, str | Path) else list(inventory)
+        )
+        if not self.inventories:
+            raise ValueError("Cluster needs at least one inventory")
+        self.project_dir = Path(project_dir) if project_dir is not None else None
+
+    def __repr__(self) -> str:
+        return f"Cluster({[str(i) for i in self.inventories]!r})"
+
+    def run(self, playbook: str | Path, **options: Unpack[RunOptions]) -> RunResult:
+        """Run any playbook (a path, or relative to the cwd or the project) against this cluster."""
+        opts: dict[str, Any] = {"quiet": True, **options}
+        return run_playbook(playbook, self.inventories, project_dir=self.project_dir, **opts)
+
+    def verb(self, name: str, **options: Unpack[RunOptions]) -> RunResult:
+        """Run the playbook of a CLI verb by name ("up", "host-status", ...)."""
+        if name not in PLAYBOOKS:
+            raise ValueError(f"unknown verb {name!r}; known: {', '.join(PLAYBOOKS)}")
+        project = find_project(self.project_dir)
+        return self.run(project / PLAYBOOKS[name], **options)
+
+    def up(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Provision the whole cluster (site.yml)."""
+        return self.verb("up", **options)
+
+    def preflight(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Validate inventory and nodes; changes nothing."""
+        return self.verb("preflight", **options)
+
+    def network(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Fabric links and SSH trust."""
+        return self.verb("network", **options)
+
+    def host(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Host tuning and earlyoom."""
+        return self.verb("host", **options)
+
+    def host_status(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Report host tuning; changes nothing."""
+        return self.verb("host-status", **options)
+
+    def reboot(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Reboot the nodes that need it, when allowed."""
+        return self.verb("reboot", **options)
+
+    def weights(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Download, verify and distribute the model weights."""
+        return self.verb("weights", **options)
+
+    def engine(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Build the engine image and ship it to the workers."""
+        return self.verb("engine", **options)
+
+    def start(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Start the engine ranks and wait for readiness."""
+        return self.verb("start", **options)
+
+    def stop(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Stop the engine."""
+        return self.verb("stop", **options)
+
+    def status(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Report every node and the engine; changes nothing."""
+        return self.verb("status", **options)
+
+    def verify(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Send real requests to the API."""
+        return self.verb("verify", **options)
+
+    def clocks_set(self, mhz: int, **options: Unpack[RunOptions]) -> RunResult:
+        """Cap the GPU clocks at `mhz` MHz."""
+        if isinstance(mhz, bool) or not isinstance(mhz, int) or mhz <= 0:
+            raise ValueError(f"clock cap must be a positive number of MHz, got {mhz!r}")
+        return self.verb("clocks", **_with_vars(options, {CLOCKS_CAP_VAR: mhz}))
+
+    def clocks_reset(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Remove the GPU clock cap (back to the default clocks)."""
+        return self.verb("clocks", **_with_vars(options, {CLOCKS_CAP_VAR: 0}))
+
+    def clocks_show(self, **options: Unpack[RunOptions]) -> RunResult:
+        """Show the GPU clock state of every node; changes nothing."""
+        tags = options.get("tags")
+        return self.verb("clocks", **{**options, "tags": f"show,{tags}" if tags else "show"})
+
+
+def _with_vars(options: RunOptions, extra: dict[str, Any]) -> dict[str, Any]:
+    """The verb's own variable wins over a user `-e` of the same name."""
+    return {**options, "extravars": {**(options.get("extravars") or {}), **extra}}
