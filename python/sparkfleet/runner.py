@@ -30,6 +30,7 @@ from sparkfleet import progress as _progress
 
 SCHEMA_ID = "sparkfleet.run-result"
 SCHEMA_VERSION = "1.0"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "run-result.schema.json"
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # ansible could not run the playbook at all (syntax, inventory, no hosts matched)
