@@ -49,8 +49,13 @@ STATUS_BY_EXIT = {
 DEFAULT_KEEP_RUNS = 20
 # After the first Ctrl-C ansible gets this long to stop by itself before it is killed.
 INTERRUPT_GRACE_S = 10.0
-# Names of extravars and environment variables whose values are treated as secrets.
+# Extravars whose name matches are kept out of the artifacts. Broad on purpose: a false positive
+# only means the variable travels in the in-memory file instead of the command line.
 SECRET_NAME_RE = re.compile(r"token|key|passw|secret|credential|cred", re.IGNORECASE)
+# Environment variables are matched on how secrets are conventionally named (HF_TOKEN,
+# OPENAI_API_KEY, VAULT_PASSWORD), not ANSIBLE_HOST_KEY_CHECKING and the like.
+SECRET_ENV_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIALS?|_KEY)$", re.IGNORECASE)
+_NOT_SECRET_VALUES = {"true", "false", "yes", "no", "none", "null"}
 REDACTED = "<redacted>"
 _RUN_DIR_RE = re.compile(r"^\d{8}T\d{6}Z")
 
@@ -262,9 +267,11 @@ def _strings(value: Any) -> Iterator[str]:
 
 def secret_values(secret_vars: dict[str, Any], env: dict[str, str]) -> list[str]:
     values = set(_strings(secret_vars))
-    values.update(v for k, v in env.items() if SECRET_NAME_RE.search(k))
-    # Very short values would redact unrelated text and are no secret worth the name.
-    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+    values.update(v for k, v in env.items() if SECRET_ENV_RE.search(k))
+    # Very short or boolean-like values would redact unrelated text all over the artifacts.
+    return sorted(
+        (v for v in values if len(v) >= 6 and v.lower() not in _NOT_SECRET_VALUES), key=len, reverse=True
+    )
 
 
 def _memory_dir() -> str | None:
@@ -300,7 +307,7 @@ def scrub_command_file(artifacts: Path, values: list[str]) -> None:
         return
     env = data.get("env") or {}
     for key in env:
-        if SECRET_NAME_RE.search(key):
+        if SECRET_ENV_RE.search(key):
             env[key] = REDACTED
     data["command"] = [_redact_text(str(arg), values) for arg in data.get("command") or []]
     tmp = path.with_suffix(".tmp")
