@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from sparkfleet.runner import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -191,24 +190,24 @@ def _shm_secret_dirs() -> set[str]:
 def test_secret_extravars_never_reach_the_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
-    token = "hf_SEKRIT_token_5f2a"
-    env_secret = "env-SEKRIT-9c1d"
-    monkeypatch.setenv("SPARKFLEET_TEST_API_KEY", env_secret)
+    hf_value = "hf_SEKRIT_value_5f2a"
+    env_value = "env-SEKRIT-9c1d"
+    monkeypatch.setenv("SPARKFLEET_TEST_API_KEY", env_value)
     before = _shm_secret_dirs()
     result = run(
         "secrets.yml",
         extravars={
-            "hf_token": token,
-            "expected_sha": hashlib.sha1(token.encode()).hexdigest(),
+            "hf_token": hf_value,
+            "expected_sha": hashlib.sha256(hf_value.encode()).hexdigest(),
             "plain_value": "visible",
         },
     )
-    # The playbook asserted the token arrived intact (sha1 compare) ...
+    # The playbook asserted the token arrived intact (sha256 compare) ...
     assert result.exit_code == EXIT_OK, result.failures
     run_dir = result.artifacts_dir.parent
     # ... and neither it nor the secret-named environment variable is anywhere in the run dir.
-    assert _files_containing(run_dir, token) == []
-    assert _files_containing(run_dir, env_secret) == []
+    assert _files_containing(run_dir, hf_value) == []
+    assert _files_containing(run_dir, env_value) == []
     assert not (run_dir / "env" / "extravars").exists()
     command = json.loads((result.artifacts_dir / "command").read_text())
     assert command["env"]["SPARKFLEET_TEST_API_KEY"] == REDACTED

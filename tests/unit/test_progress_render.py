@@ -1,0 +1,200 @@
+"""Event → progress rendering, fed with the events of real ansible-runner runs against localhost."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from sparkfleet.progress import Progress, plain_failure, render_recap, shorten
+from sparkfleet.runner import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+PB = REPO / "tests" / "unit" / "playbooks"
+LOCAL = PB / "inventory" / "local.yml"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(tmp_path_factory: pytest.TempPathFactory, playbook: str, **kw) -> tuple[list[dict], object]:
+    events: list[dict] = []
+    runs = tmp_path_factory.mktemp("runs")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPARKFLEET_RUNS_DIR", str(runs))
+    try:
+        result = run_playbook(
+            PB / playbook, [LOCAL], project_dir=REPO, quiet=True, on_event=events.append, **kw
+        )
+    finally:
+        mp.undo()
+    return events, result
+
+
+@pytest.fixture(scope="module")
+def fail_run(tmp_path_factory: pytest.TempPathFactory):
+    return record(tmp_path_factory, "fail.yml")
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("work")
+    return record(tmp_path_factory, "long.yml", extravars={"workdir": str(work)})
+
+
+@pytest.fixture(scope="module")
+def diff_run(tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("work")
+    return record(tmp_path_factory, "basic.yml", extravars={"workdir": str(work)}, check=True, diff=True)
+
+
+def render(events: list[dict], **kw) -> str:
+    out = io.StringIO()
+    progress = Progress(out, clock=FakeClock(), width=200, **kw)
+    for event in events:
+        progress(event)
+    progress.close()
+    return out.getvalue()
+
+
+def test_plain_lines_without_tty(fail_run) -> None:
+    text = render(fail_run[0], tty=False)
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert "[0.0s] PLAY Failing play" in lines
+    assert "[0.0s] TASK Check the disk" in lines
+    assert "  FAILED  local2  Check the disk: command exited with status 3" in lines
+    assert "  local1: still here" in lines  # a debug msg is shown as it arrives
+    # Without -v, successful results are not listed one by one.
+    assert not any(line.lstrip().startswith("ok ") for line in lines)
+
+
+def test_verbose_lists_each_result(fail_run) -> None:
+    lines = render(fail_run[0], tty=False, verbosity=1).splitlines()
+    assert any(line.split()[:2] == ["ok", "local1"] and "Check the disk" in line for line in lines)
+    assert any(line.split()[:2] == ["ok", "local1"] and "After the failure" in line for line in lines)
+
+
+def test_tty_rewrites_one_status_line(fail_run) -> None:
+    text = render(fail_run[0], tty=True)
+    assert "\r\x1b[K" in text
+    # The live line names play and task and counts hosts done of those started.
+    assert "Failing play > Check the disk  [1/2 hosts]" in text
+    assert "Failing play > Check the disk  [2/2 hosts]" in text
+    # Permanent lines stay: the failure is on a line of its own.
+    assert "  FAILED  local2  Check the disk: command exited with status 3\n" in text
+    assert text.endswith("\r\x1b[K")  # closed: the live line is cleared at the end
+
+
+def test_status_line_shows_elapsed_and_tick_redraws() -> None:
+    out = io.StringIO()
+    clock = FakeClock()
+    progress = Progress(out, tty=True, clock=clock, width=200)
+    progress({"event": "playbook_on_play_start", "event_data": {"name": "Weights"}})
+    progress({"event": "playbook_on_task_start", "event_data": {"name": "Download", "uuid": "t1"}})
+    progress({"event": "runner_on_start", "event_data": {"host": "spark1", "task": "Download"}})
+    clock.now += 75
+    progress.tick()
+    assert out.getvalue().endswith("\r\x1b[K[1m15s] Weights > Download  [0/1 hosts]")
+
+
+def test_long_steps_show_their_progress(long_run) -> None:
+    events, result = long_run
+    assert result.exit_code == 0
+    kinds = {e["event"] for e in events}
+    assert {"runner_on_async_poll", "runner_retry"} <= kinds
+    plain = render(events, tty=False)
+    assert "  local1: still running (0.0s)" in plain  # async poll (fake clock: no time passes)
+    assert "  local1: weights: 1.0/3.0 GiB, 310 MB/s (attempt 1/6)" in plain
+    assert "  local1: engine ready on rank 0" in plain  # a result's sparkfleet_progress
+    # On a TTY every poll updates the live line.
+    tty = render(events, tty=True)
+    assert "local1: weights: 2.0/3.0 GiB, 310 MB/s (attempt 2/6)" in tty
+
+
+def test_plain_notes_are_throttled_per_host() -> None:
+    out = io.StringIO()
+    clock = FakeClock()
+    progress = Progress(out, tty=False, clock=clock)
+    progress({"event": "playbook_on_task_start", "event_data": {"name": "Download", "uuid": "t1"}})
+    for n in range(1, 5):
+        res = {"stdout": f"weights: {n}/4 GiB", "attempts": n, "retries": 9}
+        progress({"event": "runner_retry", "event_data": {"host": "spark1", "res": res}})
+        clock.now += 2
+    notes = [line for line in out.getvalue().splitlines() if "weights:" in line]
+    assert notes == ["  spark1: weights: 1/4 GiB (attempt 1/9)", "  spark1: weights: 4/4 GiB (attempt 4/9)"]
+
+
+def test_diff_shown_only_with_diff(diff_run) -> None:
+    events, _ = diff_run
+    assert any(e["event"] == "runner_on_file_diff" for e in events)
+    assert "+local1" in render(events, tty=False, show_diff=True)
+    assert "+local1" not in render(events, tty=False, show_diff=False)
+
+
+def test_errors_and_warnings_are_shown(tmp_path_factory: pytest.TempPathFactory) -> None:
+    events, result = record(tmp_path_factory, "reach.yml", limit="nosuchhost")
+    assert result.exit_code == 1
+    text = render(events, tty=False)
+    assert "[WARNING]: Could not match supplied host pattern, ignoring: nosuchhost" in text
+    assert "[ERROR]: Specified inventory, host pattern and/or --limit leaves us with no hosts" in text
+
+
+def test_high_verbosity_passes_ansible_output_through(fail_run) -> None:
+    text = render(fail_run[0], tty=False, verbosity=2)
+    assert "TASK [Check the disk]" in text and "PLAY RECAP" in text
+
+
+def test_recap_table_failures_and_artifacts(fail_run) -> None:
+    _, result = fail_run
+    text = render_recap(result)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("host"))
+    assert header.split() == [
+        "host",
+        "ok",
+        "changed",
+        "failed",
+        "unreachable",
+        "skipped",
+        "rescued",
+        "ignored",
+        "time",
+    ]
+    row = next(line for line in lines if line.startswith("local2 "))
+    assert row.split()[1:8] == ["0", "0", "1", "0", "0", "0", "0"]
+    assert 'FAILED  local2  task "Check the disk" (play "Failing play")' in lines
+    assert "  command exited with status 3" in lines
+    assert "    | disk /dev/nvme9 is missing" in lines
+    assert "result: failed (exit 2) in" in text
+    assert f"artifacts: {result.artifacts_dir}" in lines
+
+
+def test_recap_says_check_mode(diff_run) -> None:
+    assert "(check mode: nothing was changed)" in render_recap(diff_run[1])
+
+
+def test_plain_failure_words() -> None:
+    assert plain_failure({"censored": "hidden"}) == ("output hidden (no_log: true)", "")
+    crash = {
+        "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error",
+        "module_stderr": "Traceback\nKeyError: 'x'",
+    }
+    assert plain_failure(crash) == ("the module crashed on the host", "Traceback\nKeyError: 'x'")
+    assertion = {"msg": "Assertion failed", "assertion": "cap > 0"}
+    assert plain_failure(assertion)[0] == "assertion failed: cap > 0"
+    assert plain_failure({"msg": "Task failed: boom"})[0] == "boom"
+    assert plain_failure({}) == ("task failed", "")
+
+
+def test_shorten_keeps_the_end() -> None:
+    text = "\n".join(f"line {n}" for n in range(1, 21)) + "\n" + "x" * 500
+    short = shorten(text, max_lines=3, width=50).splitlines()
+    assert short[0] == "… (18 earlier lines)"
+    assert short[1:3] == ["line 19", "line 20"]
+    assert len(short[3]) == 50 and short[3].endswith("…")
