@@ -1,0 +1,263 @@
+#!/usr/bin/python
+# Head -> workers over the fabric: parallel rsync streams to every worker at once.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_weights_distribute
+short_description: Copy snapshot files from the head to all workers at once, over the fabric addresses
+description:
+  - For every worker, the files it lacks are spread over rsync streams (C(streams_per_address) per
+    fabric address of the worker, so both rails of a cable carry data) and all streams of all workers
+    run at the same time.
+  - rsync runs with C(--partial --partial-dir=.rsync-partial): a cut-off file resumes from its part
+    (rsync's delta transfer uses the part as basis), finished files are skipped (size + mtime).
+    The source is the head's plain snapshot of hard links, so no hub-cache symlink reaches a worker.
+  - Workers need no internet: they only receive over SSH from the head.
+  - Writes a progress file (bytes, rate, ETA) for the role's wait action.
+options:
+  src: {type: path, required: true, description: the head's snapshot directory}
+  dest: {type: path, required: true, description: the workers' snapshot directory}
+  targets:
+    type: list
+    elements: dict
+    required: true
+    description: "[{host, user, addresses, files: [{path, size}]}]"
+  ssh_key: {type: path, description: private key the head uses toward the workers}
+  ssh_options: {type: list, elements: str, default: [], description: more ssh -o options}
+  streams_per_address: {type: int, default: 1, description: rsync processes per fabric address}
+  rsync: {type: str, default: rsync, description: rsync binary}
+  status_file: {type: path, description: progress file}
+"""
+
+RETURN = r"""
+copied: {type: dict, description: host -> files sent}
+bytes: {type: int, description: bytes of the files sent}
+"""
+
+import contextlib
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkfleet_weights import Progress, WeightsError, human
+
+PROGRESS2 = re.compile(r"^\s*([\d,]+)\s+\d+%")
+
+
+def split_streams(files: list[dict], n: int) -> list[list[dict]]:
+    """Largest file first onto the least loaded stream: streams end at about the same time."""
+    streams: list[list[dict]] = [[] for _ in range(max(1, n))]
+    load = [0] * len(streams)
+    for f in sorted(files, key=lambda f: (-int(f["size"]), f["path"])):
+        i = load.index(min(load))
+        streams[i].append(f)
+        load[i] += int(f["size"])
+    return [s for s in streams if s]
+
+
+def ssh_command(key: str | None, options: list[str]) -> str:
+    cmd = ["ssh", "-T", "-x", "-o", "BatchMode=yes", "-o", "Compression=no"]
+    if key:
+        cmd += ["-i", os.path.expanduser(key), "-o", "IdentitiesOnly=yes"]
+    for opt in options:
+        cmd += ["-o", opt]
+    return shlex.join(cmd)
+
+
+class Stream:
+    def __init__(self, host: str, address: str, files: list[dict], argv: list[str], listfile: str):
+        self.host = host
+        self.address = address
+        self.files = files
+        self.argv = argv
+        self.listfile = listfile
+        self.bytes_done = 0
+        self.sent_files: list[str] = []
+        self.stderr = ""
+        self.proc: subprocess.Popen | None = None
+        self.rc: int | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self) -> None:
+        buf = b""
+        assert self.proc and self.proc.stdout
+        while True:
+            chunk = (
+                self.proc.stdout.read1(65536)
+                if hasattr(self.proc.stdout, "read1")
+                else self.proc.stdout.read(1)
+            )
+            if not chunk:
+                break
+            buf += chunk
+            parts = re.split(rb"[\r\n]", buf)
+            buf = parts.pop()
+            for raw in parts:
+                self._line(raw.decode(errors="replace"))
+        if buf:
+            self._line(buf.decode(errors="replace"))
+
+    def _line(self, line: str) -> None:
+        if line.startswith("SF "):
+            bits = line.split(" ", 2)
+            if len(bits) == 3 and bits[1].startswith(">f"):
+                self.sent_files.append(bits[2])
+            return
+        m = PROGRESS2.match(line)
+        if m:
+            self.bytes_done = int(m.group(1).replace(",", ""))
+
+    def _read_err(self) -> None:
+        assert self.proc and self.proc.stderr
+        data = self.proc.stderr.read()
+        self.stderr = data.decode(errors="replace")[-4000:]
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR0915 - plan, start, watch, report: one pipeline
+    src = params["src"].rstrip("/") + "/"
+    dest = params["dest"].rstrip("/") + "/"
+    targets = params["targets"]
+    plan = []
+    for t in targets:
+        files = [f for f in t.get("files") or []]
+        addrs = [a for a in t.get("addresses") or [] if a]
+        if files and not addrs:
+            raise WeightsError(f"{t['host']}: no fabric address to copy to (sparkfleet_plan.interfaces)")
+        for f in files:
+            if not os.path.isfile(os.path.join(src, f["path"])):
+                raise WeightsError(f"{src}{f['path']} is not on the head: verify the head's snapshot first")
+        plan.append((t, files, addrs))
+    total = sum(int(f["size"]) for _, files, _ in plan for f in files)
+    todo = {t["host"]: [f["path"] for f in files] for t, files, _ in plan if files}
+    if not todo:
+        return {"changed": False, "copied": {}, "bytes": 0, "msg": "every worker has every file"}
+    if check_mode:
+        return {
+            "changed": True,
+            "copied": todo,
+            "bytes": total,
+            "msg": f"would copy {human(total)} to {', '.join(sorted(todo))}",
+        }
+    ssh = ssh_command(params.get("ssh_key"), params.get("ssh_options") or [])
+    rsync = params.get("rsync") or "rsync"
+    streams: list[Stream] = []
+    tmpdir = tempfile.mkdtemp(prefix="sparkfleet-distribute-")
+    per_addr = max(1, params.get("streams_per_address") or 1)
+    for t, files, addrs in plan:
+        if not files:
+            continue
+        chunks = split_streams(files, len(addrs) * per_addr)
+        for i, chunk in enumerate(chunks):
+            address = addrs[i % len(addrs)]
+            listfile = os.path.join(tmpdir, f"{t['host']}-{i}.list")
+            with open(listfile, "w") as fh:
+                fh.write("".join(f["path"] + "\n" for f in chunk))
+            who = f"{t['user']}@{address}" if t.get("user") else address
+            if ":" in address:
+                who = f"{t['user']}@[{address}]" if t.get("user") else f"[{address}]"
+            argv = [
+                rsync,
+                "-t",
+                "--partial",
+                "--partial-dir=.rsync-partial",
+                f"--files-from={listfile}",
+                "--info=progress2",
+                "--no-inc-recursive",
+                "--out-format=SF %i %n",
+                "-e",
+                ssh,
+                src,
+                f"{who}:{dest}",
+            ]
+            streams.append(Stream(t["host"], address, chunk, argv, listfile))
+    progress = Progress(params.get("status_file"), "copy", total, sum(len(f) for f in todo.values()))
+    progress.detail = f"{len(streams)} rsync streams to {', '.join(sorted(todo))}"
+    progress.maybe_write(force=True)
+    start = time.monotonic()
+    for s in streams:
+        s.start()
+    while any(s.proc and s.proc.poll() is None for s in streams):
+        progress.set_done(min(total, sum(s.bytes_done for s in streams)))
+        progress.files_done = sum(len(s.sent_files) for s in streams)
+        progress.maybe_write()
+        time.sleep(0.5)
+    for s in streams:
+        assert s.proc
+        s.rc = s.proc.wait()
+    time.sleep(0.1)  # let the reader threads drain
+    elapsed = time.monotonic() - start
+    failed = [s for s in streams if s.rc != 0]
+    for s in streams:
+        with contextlib.suppress(OSError):
+            os.unlink(s.listfile)
+    with contextlib.suppress(OSError):
+        os.rmdir(tmpdir)
+    progress.set_done(total if not failed else progress.done)
+    progress.maybe_write(force=True, state="failed" if failed else "done")
+    copied: dict[str, list[str]] = {}
+    for s in streams:
+        copied.setdefault(s.host, []).extend(s.sent_files)
+    if failed:
+        why = "; ".join(
+            f"{s.host} via {s.address}: rsync exit {s.rc}: {_last_line(s.stderr)}" for s in failed
+        )
+        raise WeightsError(
+            f"copy to workers failed ({why}); finished files are kept and parts resume on the next run",
+            {"copied": copied},
+        )
+    rate = total / elapsed if elapsed > 0 else 0
+    return {
+        "changed": True,
+        "copied": copied,
+        "bytes": total,
+        "elapsed_s": round(elapsed, 2),
+        "rate_bps": round(rate),
+        "streams": len(streams),
+        "msg": (
+            f"copied {human(total)} to {', '.join(sorted(todo))} in {elapsed:.1f} s "
+            f"({human(rate)}/s, {len(streams)} streams)"
+        ),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "src": {"type": "path", "required": True},
+            "dest": {"type": "path", "required": True},
+            "targets": {"type": "list", "elements": "dict", "required": True},
+            "ssh_key": {"type": "path"},
+            "ssh_options": {"type": "list", "elements": "str", "default": []},
+            "streams_per_address": {"type": "int", "default": 1},
+            "rsync": {"type": "str", "default": "rsync"},
+            "status_file": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module.params, module.check_mode)
+    except WeightsError as exc:
+        extra = dict(exc.args[1]) if len(exc.args) > 1 else {}
+        module.fail_json(msg=str(exc.args[0]), **extra)
+    except Exception as exc:
+        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
