@@ -8,6 +8,7 @@ Roles report progress of long steps through task results: see docs/cli.md "Progr
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -23,6 +24,7 @@ DEBUG_ACTIONS = {"debug", "ansible.builtin.debug", "ansible.legacy.debug"}
 GENERIC_MSGS = ("non-zero return code", "MODULE FAILURE", "One or more items failed", "All items completed")
 # Without a TTY a repeating progress note (a polling task) is printed at most this often per host.
 NOTE_EVERY_S = 5.0
+DEBUG_MAX_LINES = 40
 CENSORED_MSG = "output hidden (no_log: true)"
 
 
@@ -245,12 +247,27 @@ class Progress:
         elif self.verbosity >= 1 and self.verbosity < 2:
             self.emit(f"  {status:<9} {host}  {task} ({fmt_duration(duration)})")
         action = str(data.get("resolved_action") or data.get("task_action") or "")
-        if status == "ok" and action in DEBUG_ACTIONS and "msg" in res and self.verbosity < 2:
-            self._message(host, res["msg"])
+        # A loop's final result only repeats its items ("All items completed"): they were shown.
+        if status == "ok" and action in DEBUG_ACTIONS and "results" not in res and self.verbosity < 2:
+            self._debug(host, res)
         note = progress_note(res)
         if note:
             self._progress(host, note, force=True)
         self._draw()
+
+    def _debug(self, host: str, res: dict[str, Any]) -> None:
+        """A debug task's output: its msg, or the variables it was asked to show (`var:`)."""
+        if "msg" in res:
+            self._message(host, res["msg"])
+            return
+        for key, value in res.items():
+            if key.startswith("_ansible") or key in ("changed", "failed", "sparkfleet_progress"):
+                continue
+            text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+            lines = text.splitlines()
+            if len(lines) > DEBUG_MAX_LINES:
+                lines = [*lines[:DEBUG_MAX_LINES], f"… ({len(lines) - DEBUG_MAX_LINES} more lines)"]
+            self._message(host, [f"{key}: {lines[0] if lines else ''}", *lines[1:]])
 
     def _message(self, host: str, msg: Any) -> None:
         text = _text(msg) if isinstance(msg, str | list) else repr(msg)
@@ -280,8 +297,8 @@ class Progress:
         if self.verbosity == 1:
             self.emit(f"    {status:<9} {host}  item {_item_label(res)}")
         action = str(data.get("resolved_action") or data.get("task_action") or "")
-        if status in ("ok", "changed") and action in DEBUG_ACTIONS and "msg" in res and self.verbosity < 2:
-            self._message(host, res["msg"])
+        if status in ("ok", "changed") and action in DEBUG_ACTIONS and self.verbosity < 2:
+            self._debug(host, {k: v for k, v in res.items() if k not in ("item", "ansible_loop_var")})
         note = progress_note(res)
         if note:
             self._progress(host, note, force=True)

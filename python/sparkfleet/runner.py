@@ -557,7 +557,7 @@ class Collector:
                     msg=f"interrupted {where}; ansible was stopped",
                 )
             )
-        elif self.error_lines and rc not in (0, None):
+        elif self.error_lines and rc not in (0, None) and not out:
             first = self.error_lines[0].removeprefix("[ERROR]:").strip()
             rest = "\n".join(line for line in self.error_lines[1:] if line.strip())
             out.append(Failure(kind="error", host=None, play="", task="", action="", msg=first, detail=rest))

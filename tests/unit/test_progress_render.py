@@ -112,6 +112,9 @@ def test_long_steps_show_their_progress(long_run) -> None:
     assert "  local1: still running (0.0s)" in plain  # async poll (fake clock: no time passes)
     assert "  local1: weights: 1.0/3.0 GiB, 310 MB/s (attempt 1/6)" in plain
     assert "  local1: engine ready on rank 0" in plain  # a result's sparkfleet_progress
+    assert "  local1: __download.attempts: 3" in plain  # debug var=
+    assert "  local1: part 1" in plain and "  local1: part 2" in plain  # debug in a loop, per item
+    assert "All items completed" not in plain
     # On a TTY every poll updates the live line.
     tty = render(events, tty=True)
     assert "local1: weights: 2.0/3.0 GiB, 310 MB/s (attempt 2/6)" in tty
