@@ -110,7 +110,7 @@ class Stream:
     def _line(self, line: str) -> None:
         if line.startswith("SF "):
             bits = line.split(" ", 2)
-            if len(bits) == 3 and bits[1].startswith(">f"):
+            if len(bits) == 3 and bits[1].startswith(("<f", ">f")):
                 self.sent_files.append(bits[2])
             return
         m = PROGRESS2.match(line)

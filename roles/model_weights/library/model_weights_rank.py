@@ -151,6 +151,7 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
     cache.put(key, st, got)
     cache.save()
     progress.set_done(plan["size"])
+    progress.file_done()
     progress.maybe_write(force=True, state="done")
     return {
         **base,
