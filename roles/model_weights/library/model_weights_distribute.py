@@ -207,6 +207,7 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
             os.unlink(s.listfile)
     with contextlib.suppress(OSError):
         os.rmdir(tmpdir)
+    progress.files_done = sum(len(s.sent_files) for s in streams)
     progress.set_done(total if not failed else progress.done)
     progress.maybe_write(force=True, state="failed" if failed else "done")
     copied: dict[str, list[str]] = {}
