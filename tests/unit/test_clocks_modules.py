@@ -39,7 +39,12 @@ class Node:
         smi = self.bin / "nvidia-smi"
         smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(SIM))} "$@"\n')
         smi.chmod(0o755)
-        self.env = {**os.environ, "SPARKFLEET_NVIDIA_SIM_DIR": str(self.sim_dir)}
+        (root / "proc").mkdir()  # the simulator's engine-process scan sees none of this machine's
+        self.env = {
+            **os.environ,
+            "SPARKFLEET_NVIDIA_SIM_DIR": str(self.sim_dir),
+            "SPARKFLEET_NVIDIA_SIM_PROC": str(root / "proc"),
+        }
 
     def smi(self, *args: str) -> str:
         return subprocess.run(
@@ -265,8 +270,11 @@ def render(template: str, **overrides: object) -> str:
     env = jinja2.Environment(  # noqa: S701
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
     )
-    env.filters.update(AnsibleFilters().filters())  # quote, bool, ... as Ansible renders them
-    env.tests.update(AnsibleTests().tests())
+    # Ansible's own filters and tests (quote, bool, ...); Jinja's built-ins stay
+    for name, fn in AnsibleFilters().filters().items():
+        env.filters.setdefault(name, fn)
+    for name, fn in AnsibleTests().tests().items():
+        env.tests.setdefault(name, fn)
     values = {**defaults, **overrides}
     return env.from_string((ROLE / "templates" / template).read_text()).render(**values)
 

@@ -36,9 +36,17 @@ def smi():
     top = Path(tempfile.mkdtemp(prefix="nvidia-sim-test-"))
     top.chmod(0o755)
     state = top / "nvidia-sim"
+    no_procs = top / "proc"  # engine processes of this machine's other users must not count
+    no_procs.mkdir()
 
-    def run(*args: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        env = {**os.environ, "SPARKFLEET_NVIDIA_SIM_DIR": str(state)}
+    def run(
+        *args: str, user: str | None = None, check: bool = True, proc: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        env = {
+            **os.environ,
+            "SPARKFLEET_NVIDIA_SIM_DIR": str(state),
+            "SPARKFLEET_NVIDIA_SIM_PROC": str(proc or no_procs),
+        }
         kwargs = {}
         python = sys.executable
         if user is not None:
@@ -262,17 +270,23 @@ def test_engine_processes_are_the_gpu_compute_apps(smi, tmp_path):
     try:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            out = smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader").stdout
+            out = smi(
+                "--query-compute-apps=pid,process_name,used_memory",
+                "--format=csv,noheader",
+                proc=Path("/proc"),
+            ).stdout
             if str(proc.pid) in out:
                 break
             time.sleep(0.1)
         assert f"{proc.pid}, {engine}, [N/A]\n" in out
         assert str(wrapper.pid) not in out  # a shell or docker CLI naming it is not a GPU process
-        table = smi().stdout
+        table = smi(proc=Path("/proc")).stdout
         row = next(line for line in table.splitlines() if f" {proc.pid}      C   " in line)
         assert "tensorfold" in row and row.endswith("N/A |") and len(row) == 91
         assert "No running processes found" not in table
-        busy = smi("--query-gpu=clocks_event_reasons.gpu_idle,pstate", "--format=csv,noheader").stdout
+        busy = smi(
+            "--query-gpu=clocks_event_reasons.gpu_idle,pstate", "--format=csv,noheader", proc=Path("/proc")
+        ).stdout
         assert busy == "Not Active, P0\n"
     finally:
         proc.kill()

@@ -12,8 +12,9 @@ Installed on lab nodes as /usr/bin/nvidia-smi. It answers in the output formats 
 - fault switch: the file /run/nvidia-sim/latched makes the SM clock stick under 1000 MHz
   (a latched GPU, which on a real Spark needs an AC power cycle).
 
-SPARKFLEET_NVIDIA_SIM_DIR overrides the state directory (tests). Standard library only: this runs
-on the node's Python (3.11-3.13).
+SPARKFLEET_NVIDIA_SIM_DIR overrides the state directory and SPARKFLEET_NVIDIA_SIM_PROC the /proc that
+is scanned for engine processes (tests, so that a machine's other processes do not count).
+Standard library only: this runs on the node's Python (3.11-3.13).
 """
 
 from __future__ import annotations
@@ -188,9 +189,9 @@ class Snapshot:
         return "1" + str(uuid.uuid5(uuid.NAMESPACE_DNS, "serial." + socket.gethostname()).int)[:12]
 
 
-def _cmdline(pid: int) -> list[str]:
+def _cmdline(proc_root: Path, pid: int) -> list[str]:
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = (proc_root / str(pid) / "cmdline").read_bytes()
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
@@ -203,7 +204,7 @@ def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
     for entry in proc_root.iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        argv = _cmdline(int(entry.name))
+        argv = _cmdline(proc_root, int(entry.name))
         if not argv or os.path.basename(argv[0]) in WRAPPERS:
             continue
         if any(ENGINE_MARK in arg.lower() for arg in argv):
@@ -212,8 +213,9 @@ def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
 
 
 def snapshot() -> Snapshot:
+    proc_root = Path(os.environ.get("SPARKFLEET_NVIDIA_SIM_PROC", "/proc"))
     with locked_state(write=False) as state:
-        return Snapshot(state=state, processes=engine_processes(), latched=latched())
+        return Snapshot(state=state, processes=engine_processes(proc_root), latched=latched())
 
 
 # ---- --query-gpu ---------------------------------------------------------------------------------

@@ -1,0 +1,463 @@
+"""host_tuning's and earlyoom's modules, run as Ansible runs them, against fake /proc, /sys and /boot trees;
+and the GRUB drop-in template, sourced by sh the way update-grub sources it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as AnsibleFilters
+from ansible.plugins.test.core import TestModule as AnsibleTests
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = ROOT / "roles/host_tuning"
+EARLYOOM = ROOT / "roles/earlyoom"
+sys.path.insert(0, str(HOST / "library"))
+
+import sparkfleet_grub_entry as grub_mod  # noqa: E402
+import sparkfleet_host_status as status_mod  # noqa: E402
+
+
+def run_module(
+    module_path: Path, tmp: Path, check: bool = False, env: dict | None = None, **args: object
+) -> dict:
+    argfile = tmp / "args.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"_ansible_check_mode": check, **args}}))
+    proc = subprocess.run(
+        [sys.executable, str(module_path), str(argfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    return json.loads(proc.stdout)
+
+
+# ---- sparkfleet_sysctl ---------------------------------------------------------------------------------
+@pytest.fixture
+def proc_sys(tmp_path):
+    root = tmp_path / "proc/sys"
+    (root / "vm").mkdir(parents=True)
+    (root / "vm/swappiness").write_text("60\n")
+    (root / "vm/min_free_kbytes").write_text("67584\n")
+    (root / "vm/watermark_boost_factor").write_text("15000\n")
+    (root / "net/ipv4").mkdir(parents=True)
+    (root / "net/ipv4/tcp_rmem").write_text("4096\t131072\t6291456\n")
+    return root
+
+
+def sysctl(tmp_path, proc_sys, check=False, **args):
+    return run_module(
+        HOST / "library/sparkfleet_sysctl.py", tmp_path, check=check, proc_sys=str(proc_sys), **args
+    )
+
+
+WANTED = {"vm.swappiness": 10, "vm.min_free_kbytes": 1048576, "vm.watermark_boost_factor": 0}
+
+
+def test_sysctl_sets_what_differs_then_reports_no_change(tmp_path, proc_sys):
+    dry = sysctl(tmp_path, proc_sys, check=True, settings=WANTED)
+    assert dry["changed"] is True and (proc_sys / "vm/swappiness").read_text() == "60\n"
+    result = sysctl(tmp_path, proc_sys, settings=WANTED)
+    assert result["changed"] is True
+    assert {k["key"]: k["state"] for k in result["keys"]} == dict.fromkeys(WANTED, "set")
+    assert (proc_sys / "vm/min_free_kbytes").read_text() == "1048576\n"
+    assert sysctl(tmp_path, proc_sys, settings=WANTED)["changed"] is False
+    # multi-value keys compare by their words, whatever the whitespace
+    assert (
+        sysctl(tmp_path, proc_sys, settings={"net.ipv4.tcp_rmem": "4096 131072  6291456"})["changed"] is False
+    )
+
+
+def test_sysctl_in_a_container_validates_and_skips(tmp_path, proc_sys):
+    result = sysctl(tmp_path, proc_sys, settings=WANTED, apply=False)
+    assert result["changed"] is False
+    assert sorted(result["not_applied"]) == sorted(WANTED)
+    assert (proc_sys / "vm/swappiness").read_text() == "60\n"
+
+
+def test_sysctl_unknown_key_fails_naming_it(tmp_path, proc_sys):
+    result = sysctl(tmp_path, proc_sys, settings={**WANTED, "vm.swapiness": 10})
+    assert result["failed"] is True and "vm.swapiness" in result["msg"]
+
+
+# ---- sparkfleet_swapfile ---------------------------------------------------------------------------------
+def swapfile(tmp_path, check=False, **args):
+    proc_swaps = tmp_path / "swaps"
+    if not proc_swaps.exists():
+        proc_swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
+    return run_module(
+        HOST / "library/sparkfleet_swapfile.py", tmp_path, check=check, proc_swaps=str(proc_swaps), **args
+    )
+
+
+needs_mkswap = pytest.mark.skipif(shutil.which("mkswap") is None, reason="mkswap (util-linux) not installed")
+
+
+@needs_mkswap
+def test_swapfile_is_made_for_the_page_size_and_remade_for_another(tmp_path):
+    path = tmp_path / "swap.sparkfleet"
+    args = {"path": str(path), "size_mib": 4, "activate": False}
+    assert swapfile(tmp_path, check=True, page_size=4096, **args)["changed"] is True
+    assert not path.exists()
+    made = swapfile(tmp_path, page_size=4096, **args)
+    assert made["changed"] and made["created"] and made["reasons"] == [f"{path} does not exist"]
+    assert "host's kernel" in made["activation_skipped"]
+    assert path.stat().st_size == 4 << 20 and (path.stat().st_mode & 0o777) == 0o600
+    assert path.read_bytes()[4096 - 10 : 4096] == b"SWAPSPACE2"
+    assert swapfile(tmp_path, page_size=4096, **args)["changed"] is False
+    # booted into a 64K-page kernel: the 4K signature is unusable, the file is made again
+    again = swapfile(tmp_path, page_size=65536, **args)
+    assert again["created"] and "no swap signature for 65536-byte pages" in again["reasons"][0]
+    assert path.read_bytes()[65536 - 10 : 65536] == b"SWAPSPACE2"
+    # resized when the wanted size changes
+    bigger = swapfile(tmp_path, page_size=65536, **{**args, "size_mib": 8})
+    assert bigger["created"] and path.stat().st_size == 8 << 20
+
+
+@needs_mkswap
+def test_swapfile_mode_is_fixed(tmp_path):
+    path = tmp_path / "swap.sparkfleet"
+    swapfile(tmp_path, page_size=4096, path=str(path), size_mib=1, activate=False)
+    path.chmod(0o644)
+    result = swapfile(tmp_path, page_size=4096, path=str(path), size_mib=1, activate=False)
+    assert result["changed"] and result["mode_fixed"] and not result["created"]
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_swapfile_active_is_read_from_proc_swaps(tmp_path):
+    path = tmp_path / "swap.sparkfleet"
+    (tmp_path / "swaps").write_text(f"Filename\tType\tSize\tUsed\tPriority\n{path} file 1024 0 -2\n")
+    from sparkfleet_swapfile import is_active
+
+    assert is_active(str(tmp_path / "swaps"), str(path))
+    assert not is_active(str(tmp_path / "swaps"), str(tmp_path / "other"))
+
+
+# ---- sparkfleet_grub_entry -------------------------------------------------------------------------------
+GRUB_CFG = """\
+function load_video {
+  insmod all_video
+}
+menuentry 'Ubuntu' --class ubuntu $menuentry_id_option 'gnulinux-simple-1234' {
+    linux /boot/vmlinuz-6.11.0-1016-nvidia root=UUID=1234 ro quiet splash
+}
+submenu 'Advanced options' $menuentry_id_option 'gnulinux-advanced-1234' {
+    menuentry 'Linux 64k' $menuentry_id_option 'gnulinux-6.11.0-1016-nvidia-64k-advanced-1234' {
+        if [ x$feature_all_video_module = xy ]; then
+          insmod all_video
+        fi
+        linux /boot/vmlinuz-6.11.0-1016-nvidia-64k root=UUID=1234 ro quiet splash
+    }
+    menuentry 'Linux 64k (recovery)' $menuentry_id_option 'gnulinux-6.11.0-1016-nvidia-64k-recovery-1234' {
+        linux /boot/vmlinuz-6.11.0-1016-nvidia-64k root=UUID=1234 ro recovery nomodeset
+    }
+    menuentry 'Linux' $menuentry_id_option 'gnulinux-6.11.0-1016-nvidia-advanced-1234' {
+        linux /boot/vmlinuz-6.11.0-1016-nvidia root=UUID=1234 ro quiet splash
+    }
+}
+"""
+
+
+def test_grub_entry_of_the_64k_kernel_is_the_submenu_path():
+    found = grub_mod.entries(GRUB_CFG)
+    assert (
+        found["6.11.0-1016-nvidia-64k"]
+        == "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
+    )
+    assert found["6.11.0-1016-nvidia"] == "gnulinux-simple-1234"  # the first entry that boots it
+
+
+def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(GRUB_CFG)
+    ok = run_module(
+        HOST / "library/sparkfleet_grub_entry.py",
+        tmp_path,
+        release="6.11.0-1016-nvidia-64k",
+        grub_cfg=str(cfg),
+    )
+    assert ok["entry"].endswith(">gnulinux-6.11.0-1016-nvidia-64k-advanced-1234")
+    bad = run_module(
+        HOST / "library/sparkfleet_grub_entry.py", tmp_path, release="7.0.0-1-nvidia-64k", grub_cfg=str(cfg)
+    )
+    assert bad["failed"] and "update-grub" in bad["msg"] and "6.11.0-1016-nvidia-64k" in bad["msg"]
+
+
+# ---- sparkfleet_host_status ------------------------------------------------------------------------------
+EXPECT = {
+    "os": {"ubuntu": "24.04"},
+    "kernel_min": "6.11",
+    "page_size": 65536,
+    "driver_min": "580.95.05",
+    "cx7_firmware_min": "28.45.1020",
+    "memory_saver": True,
+    "thp": "never",
+    "swap_min_mib": 16384,
+    "swapfile": "/swap.sparkfleet",
+    "sysctl": {"vm.swappiness": 10},
+    "gpu_cap_mhz": 2300,
+    "cpu_cap_mhz": 0,
+    "cmdline_add": ["kho=off"],
+    "cmdline_remove": ["splash"],
+    "kernel_release": "7.0.0-1004-nvidia-64k",
+}
+
+
+def spark_root(tmp: Path, ready: bool) -> Path:
+    """A DGX Spark's files: ready = prepared as the TP3 recipe wants it."""
+    root = tmp / "root"
+
+    def put(path: str, text: str) -> None:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    put("/etc/os-release", 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nVERSION_ID="24.04"\n')
+    put("/proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet " + ("kho=off" if ready else "splash") + "\n")
+    put("/sys/module/nvidia/version", "580.95.05\n")
+    for hca in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"):
+        put(f"/sys/class/infiniband/{hca}/fw_ver", ("28.45.1020" if ready else "28.39.2048") + "\n")
+    put("/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables", "Y\n" if ready else "N\n")
+    put(
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "always madvise [never]\n" if ready else "always [madvise] never\n",
+    )
+    swaps = "Filename\tType\tSize\tUsed\tPriority\n"
+    if ready:
+        swaps += "/swap.sparkfleet file 16777152 0 -2\n"
+    put("/proc/swaps", swaps)
+    put("/proc/sys/vm/swappiness", "10\n" if ready else "0\n")
+    put("/var/lib/sparkfleet/clocks/gpu.conf", "# x\nGPU_CLOCK_CAP_MHZ=2300\n")
+    if ready:
+        put("/run/sparkfleet/clocks/gpu.applied", "2300\n")
+    else:
+        put("/run/reboot-required", "*** System restart required ***\n")
+        put("/run/reboot-required.pkgs", "linux-image-7.0.0-1004-nvidia-64k\n")
+    return root
+
+
+def status(tmp_path, root, kernel, page_size, container=False):
+    return run_module(
+        HOST / "library/sparkfleet_host_status.py",
+        tmp_path,
+        expect=EXPECT,
+        root=str(root),
+        container=container,
+        kernel_release=kernel,
+        page_size=page_size,
+        state_dir="/var/lib/sparkfleet",  # under root
+        run_dir="/run/sparkfleet",
+        nvidia_smi=str(tmp_path / "no-nvidia-smi"),
+    )
+
+
+def test_status_of_a_prepared_spark_is_all_ok(tmp_path):
+    result = status(tmp_path, spark_root(tmp_path, ready=True), "7.0.0-1004-nvidia-64k", 65536)
+    assert result["changed"] is False
+    assert [c["check"] for c in result["off"]] == []
+    assert len(result["checks"]) == 12
+    assert result["reboot_reasons"] == []
+    assert result["facts"]["cx7_firmware"]["rocep1s0f0"] == "28.45.1020"
+    assert all(line.startswith(" ok  ") for line in result["report"])
+
+
+def test_status_of_a_fresh_spark_says_what_is_off_and_how_to_fix_it(tmp_path):
+    result = status(tmp_path, spark_root(tmp_path, ready=False), "6.11.0-1016-nvidia", 4096)
+    off = {c["check"]: c for c in result["off"]}
+    assert set(off) == {
+        "page size",
+        "kernel command line",
+        "ConnectX-7 firmware",
+        "memory saver",
+        "THP",
+        "swap",
+        "sysctl",
+        "GPU clock cap",
+    }
+    assert "host_tuning_kernel_profile: 64k" in off["page size"]["fix"]
+    assert "fwupdmgr" in off["ConnectX-7 firmware"]["fix"]
+    assert off["kernel command line"]["value"] == "splash"
+    assert "applied since boot nothing" in off["GPU clock cap"]["value"]
+    assert "sparkfleet clocks set 2300" in off["GPU clock cap"]["fix"]
+    reasons = result["reboot_reasons"]
+    assert any("kho=off missing" in r and "splash still present" in r for r in reasons)
+    assert any("64K kernel 7.0.0-1004-nvidia-64k" in r for r in reasons)
+    assert any("linux-image-7.0.0-1004-nvidia-64k asked for a reboot" in r for r in reasons)
+    assert any(line.startswith("off  memory saver: off") for line in result["report"])
+
+
+def test_status_in_a_container_marks_host_bound_checks_not_applicable(tmp_path):
+    root = spark_root(tmp_path, ready=False)
+    swapfile = root / "swap.sparkfleet"
+    swapfile.write_bytes(bytes(4086) + b"SWAPSPACE2" + bytes(4096))
+    result = status(tmp_path, root, "6.18.44", 4096, container=True)
+    by_check = {c["check"]: c for c in result["checks"]}
+    assert by_check["sysctl"]["status"] == "n/a" and by_check["kernel command line"]["status"] == "n/a"
+    assert "not switched on in a container" in by_check["swap"]["value"]
+    assert [c["check"] for c in result["off"]] == ["GPU clock cap"]  # not hardware: a real finding
+    # a container boots no kernel: only /run/reboot-required can ask for its restart
+    assert result["reboot_reasons"] == [
+        "/run/reboot-required: linux-image-7.0.0-1004-nvidia-64k asked for a reboot"
+    ]
+
+
+def test_version_compare():
+    assert status_mod.at_least("580.159.04", "580.95.05")
+    assert not status_mod.at_least("575.57.08", "580.95.05")
+    assert status_mod.at_least("28.45.1020", "28.45.1020")
+    assert not status_mod.at_least(None, "1")
+
+
+# ---- the GRUB drop-in, sourced like update-grub sources it -------------------------------------------
+def render(template: Path, **values: object) -> str:
+    env = jinja2.Environment(  # noqa: S701 - Ansible's template module: shell text, no autoescape
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
+    )
+    # Ansible's own filters and tests (quote, bool, regex_replace, ...); Jinja's built-ins stay
+    for name, fn in AnsibleFilters().filters().items():
+        env.filters.setdefault(name, fn)
+    for name, fn in AnsibleTests().tests().items():
+        env.tests.setdefault(name, fn)
+    return env.from_string(template.read_text()).render(**values)
+
+
+def grub_values(**overrides: object) -> dict:
+    defaults = yaml.safe_load((HOST / "defaults/main.yml").read_text())
+    return {**defaults, "__host_tuning_kernel_args_add": ["kho=off"], **overrides}
+
+
+def source(tmp_path: Path, base: str, dropin: str, times: int = 1) -> tuple[str, str, str]:
+    (tmp_path / "grub").write_text(base)
+    (tmp_path / "99-sparkfleet.cfg").write_text(dropin)
+    script = '. "$1"; ' + 'i=0; while [ $i -lt "$3" ]; do . "$2"; i=$((i+1)); done; '
+    script += 'printf "%s\\n%s\\n%s" "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_CMDLINE_LINUX" "${GRUB_DEFAULT:-}"'
+    out = subprocess.run(
+        ["sh", "-c", script, "sh", str(tmp_path / "grub"), str(tmp_path / "99-sparkfleet.cfg"), str(times)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    default, linux, grub_default = out.split("\n")
+    return default, linux, grub_default
+
+
+BASE = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\nGRUB_CMDLINE_LINUX="console=tty0 kho=on"\n'
+
+
+def test_grub_dropin_removes_splash_adds_kho_off_and_keeps_the_rest(tmp_path):
+    dropin = render(HOST / "templates/grub.cfg.j2", **grub_values())
+    subprocess.run(["sh", "-n", "-c", dropin], check=True)
+    default, linux, grub_default = source(tmp_path, BASE, dropin)
+    assert default == "quiet"
+    assert linux == "console=tty0 kho=off"
+    assert grub_default == "0"
+    assert source(tmp_path, BASE, dropin, times=2)[:2] == (default, linux)  # sourcing twice changes nothing
+
+
+def test_grub_dropin_without_additions_and_with_a_pinned_64k_kernel(tmp_path):
+    entry = "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
+    dropin = render(
+        HOST / "templates/grub.cfg.j2",
+        **grub_values(__host_tuning_kernel_args_add=[], __host_tuning_grub_default=entry),
+    )
+    default, linux, grub_default = source(tmp_path, 'GRUB_CMDLINE_LINUX_DEFAULT="splash"\n', dropin)
+    assert (default, linux, grub_default) == ("", "", entry)
+
+
+def test_grub_dropin_does_not_expand_globs(tmp_path):
+    dropin = render(HOST / "templates/grub.cfg.j2", **grub_values())
+    (tmp_path / "quiet-file").write_text("")
+    default, _linux, _ = source(tmp_path, 'GRUB_CMDLINE_LINUX_DEFAULT="quiet* splash"\n', dropin)
+    assert default == "quiet*"
+
+
+def test_sysctl_dropin_lists_every_value():
+    values = {"host_tuning_sysctl": {"vm.swappiness": 10, "vm.min_free_kbytes": 1048576}}
+    text = render(HOST / "templates/sysctl.conf.j2", **values)
+    assert text.splitlines()[-2:] == ["vm.min_free_kbytes = 1048576", "vm.swappiness = 10"]
+
+
+# ---- earlyoom: sparkfleet_oom_score_adj and the config ---------------------------------------------------
+def fake_systemctl(tmp_path: Path, units: dict[str, tuple[str, int]]) -> Path:
+    lines = ['case "$5" in']
+    for name, (load, pid) in units.items():
+        lines.append(f'  {name}) printf "Id={name}\\nLoadState={load}\\nMainPID={pid}\\n";;')
+    lines.append('  *) printf "Id=$5\\nLoadState=not-found\\nMainPID=0\\n";;')
+    lines.append("esac")
+    path = tmp_path / "systemctl"
+    path.write_text("#!/bin/sh\n" + "\n".join(lines) + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def fake_proc(tmp_path: Path, pids: dict[int, int], cap_sys_resource: bool) -> Path:
+    proc = tmp_path / "proc"
+    for pid, score in pids.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "oom_score_adj").write_text(f"{score}\n")
+    (proc / "self").mkdir(parents=True)
+    cap = (1 << 24) if cap_sys_resource else 0
+    (proc / "self/status").write_text(f"Name:\tpython3\nCapEff:\t{cap | 0x3FF:016x}\n")
+    return proc
+
+
+def oom(tmp_path, proc, systemctl, check=False):
+    return run_module(
+        EARLYOOM / "library/sparkfleet_oom_score_adj.py",
+        tmp_path,
+        check=check,
+        units=["ssh.service", "docker.service", "containerd.service", "gone.service"],
+        value=-900,
+        proc_root=str(proc),
+        systemctl=str(systemctl),
+    )
+
+
+def test_oom_score_is_set_on_running_services_once(tmp_path):
+    systemctl = fake_systemctl(
+        tmp_path,
+        {
+            "ssh.service": ("loaded", 101),
+            "docker.service": ("loaded", 202),
+            "containerd.service": ("loaded", 0),
+        },
+    )
+    proc = fake_proc(tmp_path, {101: 0, 202: -500}, cap_sys_resource=True)
+    dry = oom(tmp_path, proc, systemctl, check=True)
+    assert dry["changed"] and (proc / "101/oom_score_adj").read_text() == "0\n"
+    result = oom(tmp_path, proc, systemctl)
+    states = {u["id"]: u["state"] for u in result["units"]}
+    assert states == {
+        "ssh.service": "set",
+        "docker.service": "set",
+        "containerd.service": "stopped",
+        "gone.service": "absent",
+    }
+    assert (proc / "202/oom_score_adj").read_text() == "-900\n"
+    assert oom(tmp_path, proc, systemctl)["changed"] is False
+
+
+def test_oom_score_without_cap_sys_resource_is_reported_not_claimed(tmp_path):
+    systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101)})
+    proc = fake_proc(tmp_path, {101: 0}, cap_sys_resource=False)
+    for check in (True, False):
+        result = oom(tmp_path, proc, systemctl, check=check)
+        assert result["changed"] is False
+        assert "CAP_SYS_RESOURCE" in result["not_applied"][0]
+    assert (proc / "101/oom_score_adj").read_text() == "0\n"
+
+
+def test_earlyoom_arguments_are_the_spec():
+    defaults = yaml.safe_load((EARLYOOM / "defaults/main.yml").read_text())
+    avoid = "(^|/)(" + "|".join(defaults["earlyoom_avoid_names"]) + ")$"
+    assert avoid == "(^|/)(sshd|systemd|dockerd|containerd|containerd-shim.*)$"  # SPEC, verbatim
+    assert (defaults["earlyoom_mem_term_percent"], defaults["earlyoom_mem_kill_percent"]) == (4, 2)
+    assert (defaults["earlyoom_swap_term_percent"], defaults["earlyoom_report_interval_s"]) == (100, 60)
