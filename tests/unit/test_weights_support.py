@@ -124,4 +124,6 @@ def module_process(name: str, params: dict, tmp: Path, check: bool = False) -> s
     pfile = tmp / f"{name}-params.json"
     pfile.write_text(json.dumps(params))
     code = RUNNER.format(tests=str(Path(__file__).parent), name=name, params=str(pfile), check=check)
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )

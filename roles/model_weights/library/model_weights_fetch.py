@@ -60,15 +60,21 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
 
 
+RESUME_CHUNK = 1 << 20
+
+
 def _hf():
     try:
         import huggingface_hub
-        from huggingface_hub import errors, file_download
+        from huggingface_hub import constants, errors, file_download
     except ImportError as exc:
         raise WeightsError(
             f"huggingface_hub is not importable by {sys.executable} ({exc}); "
             "the role installs it into its venv"
         ) from exc
+    # http_get writes what it receives in chunks of this size: 1 MiB keeps the progress lines moving
+    # and loses at most 1 MiB of a file when the download is killed (huggingface_hub: 10 MB).
+    constants.DOWNLOAD_CHUNK_SIZE = RESUME_CHUNK
     return huggingface_hub, errors, file_download
 
 
