@@ -1,0 +1,134 @@
+"""GPU clock caps on a live lab: set, re-run, show, reset, a latched GPU, and the engine left alone.
+The lab's nvidia-smi is the GB10 simulator (python/sparkfleet/lab/sim/nvidia_smi.py)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+
+def smi(lab, host: str, query: str) -> str:
+    return subprocess.run(
+        [
+            "docker",
+            "exec",
+            lab.container(host),
+            "nvidia-smi",
+            f"--query-gpu={query}",
+            "--format=csv,noheader,nounits",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def inventory_cap(lab) -> int:
+    clocks = yaml.safe_load(
+        (lab.project_dir / "inventory" / lab.topology / "group_vars/all/clocks.yml").read_text()
+    )
+    return int(clocks["gpu_clocks_cap_mhz"])
+
+
+def containers(lab, host: str) -> str:
+    """The node's nested containers (the engine) with their start times: a restart would change them."""
+    return subprocess.run(
+        [
+            "docker",
+            "exec",
+            lab.container(host),
+            "sh",
+            "-c",
+            "docker ps -q | xargs -r docker inspect -f '{{.Id}} {{.State.StartedAt}}'",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def show(lab, play) -> dict[str, list[str]]:
+    lines: dict[str, list[str]] = {}
+
+    def on_event(event: dict) -> None:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and str(data.get("task", "")).startswith(
+            "Show the clocks of"
+        ):
+            lines[data["host"]] = data["res"]["msg"]
+
+    result = play("playbooks/clocks.yml", tags="show", on_event=on_event)
+    assert result.exit_code == 0, result.failures
+    assert sum(s.changed for s in result.hosts.values()) == 0  # show changes nothing
+    return lines
+
+
+def test_the_inventory_cap_is_in_effect(lab):
+    cap = inventory_cap(lab)
+    for host in lab.hosts:
+        sm, persistence = (v.strip() for v in smi(lab, host, "clocks.sm,persistence_mode").split(","))
+        assert persistence == "Enabled"
+        assert (int(sm) < cap) if cap else int(sm) == 3003
+
+
+@pytest.mark.destructive
+def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
+    engines = {h: containers(lab, h) for h in lab.hosts}
+    try:
+        first = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
+        assert first.exit_code == 0, first.failures
+        assert all(s.changed > 0 for s in first.hosts.values())
+        for host in lab.hosts:
+            assert 2060 <= int(smi(lab, host, "clocks.sm")) < 2100  # SPEC: 2100 lands at ~2080
+        again = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
+        assert {h: s.changed for h, s in again.hosts.items()} == dict.fromkeys(lab.hosts, 0)
+        dry = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 0}, check=True, diff=True)
+        assert all(s.changed > 0 for s in dry.hosts.values())
+        assert all(int(smi(lab, h, "clocks.sm")) < 2100 for h in lab.hosts)  # a dry run changed nothing
+
+        report = show(lab, play)
+        for host in lab.hosts:
+            lines = report[host]
+            assert lines[0] == "GPU cap: 2100 MHz, applied since this boot"
+            assert (
+                "NVIDIA GB10: SM 2080 MHz (max 3003 MHz), persistence Enabled, clock event reasons 0x"
+                in lines[1]
+            )
+            assert any(line.startswith("CPU cap:") for line in lines)
+            assert not any("LATCHED" in line for line in lines)
+
+        reset = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 0})
+        assert reset.exit_code == 0, reset.failures
+        assert all(int(smi(lab, h, "clocks.sm")) == 3003 for h in lab.hosts)
+        assert {h: containers(lab, h) for h in lab.hosts} == engines  # `clocks set` restarts nothing
+    finally:
+        restore = play("playbooks/clocks.yml")
+        assert restore.exit_code == 0, restore.failures
+
+
+@pytest.mark.destructive
+def test_show_flags_a_latched_gpu(lab, play):
+    host = lab.hosts[-1]
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            lab.container(host),
+            "sh",
+            "-c",
+            "mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/latched",
+        ],
+        check=True,
+    )
+    try:
+        report = show(lab, play)
+        latched = [line for line in report[host] if "LATCHED" in line]
+        assert latched and "AC power cycle" in latched[0] and "under 1000 MHz" in latched[0]
+        for other in lab.hosts[:-1]:
+            assert not any("LATCHED" in line for line in report[other])
+    finally:
+        subprocess.run(
+            ["docker", "exec", lab.container(host), "rm", "-f", "/run/nvidia-sim/latched"], check=True
+        )
