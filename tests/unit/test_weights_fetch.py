@@ -1,4 +1,5 @@
 """The download driver (model_weights_fetch) against the HF stand-in, with the real client."""
+# ruff: noqa: S106 - the tokens are test values for the stand-in hub
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def gets(hub):
 
 def test_resolve_records_full_commits_and_applies_allow_patterns(hub):
     m = resolve(hub)
-    model, engram = m["repos"]
+    model, _engram = m["repos"]
     assert model["revision"] == hub.pins["model"]["revision"] and len(model["commit"]) == 40
     assert model["commit"].startswith(model["revision"])
     engram_files = sorted(f["path"] for f in m["files"] if f["repo"] == "engram")

@@ -1,0 +1,126 @@
+"""Head -> workers copy: real rsync through a stand-in ssh that runs the remote side locally."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+import pytest
+from test_weights_support import load_module
+
+dist = load_module("model_weights_distribute")
+pytestmark = pytest.mark.skipif(
+    shutil.which("rsync") is None, reason="rsync is not installed on this machine"
+)
+
+# ssh [options] host command...: drop the options and the host, run the command here
+FAKE_SSH = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|-i|-c|-p|-l) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift  # the host
+exec sh -c "$*"
+"""
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ssh = bindir / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    src = tmp_path / "head"
+    (src / "engram").mkdir(parents=True)
+    files = []
+    for i, size in enumerate([300_000, 200_000, 50_000, 10]):
+        rel = f"model-{i}.safetensors" if i < 3 else "engram/config.json"
+        (src / rel).write_bytes(os.urandom(size))
+        files.append({"path": rel, "size": size})
+    workers = [tmp_path / "w1", tmp_path / "w2"]
+    for w in workers:
+        w.mkdir()
+    return src, workers, files, tmp_path
+
+
+def targets(workers, files, n_addr=2):
+    return [
+        {"host": w.name, "user": "", "addresses": [f"10.0.{i}.{k}" for k in range(n_addr)], "files": files}
+        for i, w in enumerate(workers)
+    ]
+
+
+def run(src, dest, tgts, tmp, **extra):
+    return dist.run(
+        {
+            "src": str(src),
+            "dest": str(dest),
+            "targets": tgts,
+            "streams_per_address": 1,
+            "status_file": str(tmp / "progress.json"),
+            **extra,
+        }
+    )
+
+
+def test_split_streams_balances_bytes():
+    files = [{"path": str(i), "size": s} for i, s in enumerate([90, 50, 40, 30, 10])]
+    streams = dist.split_streams(files, 2)
+    loads = sorted(sum(f["size"] for f in s) for s in streams)
+    assert sum(loads) == 220 and loads[1] - loads[0] <= 30  # within the smallest big file
+    assert sorted(f["path"] for s in streams for f in s) == [str(i) for i in range(5)]
+    assert len(dist.split_streams(files[:1], 4)) == 1  # no empty streams
+
+
+def test_copies_to_every_worker_and_only_the_listed_files(setup):
+    src, workers, files, tmp = setup
+    (src / "stray.bin").write_bytes(b"not in the manifest")
+    # each worker gets its own dest; the module uses one dest path for all, as on real nodes
+    for w in workers:
+        out = run(src, w, [targets([w], files)[0]], tmp)
+        assert out["changed"] and sorted(out["copied"][w.name]) == sorted(f["path"] for f in files)
+        for f in files:
+            assert (w / f["path"]).read_bytes() == (src / f["path"]).read_bytes()
+        assert not (w / "stray.bin").exists()
+    progress = json.loads((tmp / "progress.json").read_text())
+    assert progress["state"] == "done" and progress["done_bytes"] == sum(f["size"] for f in files)
+
+
+def test_nothing_to_copy_is_no_change_and_check_mode_copies_nothing(setup):
+    src, workers, files, tmp = setup
+    w = workers[0]
+    assert not run(src, w, [dict(targets([w], files)[0], files=[])], tmp)["changed"]
+    out = dist.run({"src": str(src), "dest": str(w), "targets": targets([w], files)}, check_mode=True)
+    assert out["changed"] and not any(w.iterdir())
+
+
+def test_a_partial_file_resumes_from_rsyncs_partial_dir(setup):
+    src, workers, files, tmp = setup
+    w = workers[0]
+    part = w / ".rsync-partial" / "model-0.safetensors"
+    part.parent.mkdir()
+    part.write_bytes((src / "model-0.safetensors").read_bytes()[:150_000])
+    run(src, w, [dict(targets([w], files)[0], files=files[:1])], tmp)
+    assert (w / "model-0.safetensors").read_bytes() == (src / "model-0.safetensors").read_bytes()
+    assert not part.exists()
+
+
+def test_a_failed_stream_is_reported_with_the_worker(setup):
+    src, workers, files, tmp = setup
+    w = workers[0]
+    with pytest.raises(dist.WeightsError) as exc:
+        run(src, w / "missing" / "deeper", [targets([w], files, n_addr=1)[0]], tmp, rsync="false")
+    assert w.name in str(exc.value) and "rsync exit" in str(exc.value)
+
+
+def test_a_worker_without_fabric_address_is_refused(setup):
+    src, workers, files, tmp = setup
+    with pytest.raises(dist.WeightsError, match="no fabric address"):
+        run(src, workers[0], [dict(targets(workers[:1], files)[0], addresses=[])], tmp)
