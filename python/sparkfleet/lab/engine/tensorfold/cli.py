@@ -8,6 +8,7 @@ The command shape is TensorFold's as sparkfleet runs it (SPEC.md "Engine run"); 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import sys
@@ -75,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--spill-dir", type=Path)
     s.add_argument("--spill-gib", type=float, default=0)
     s.add_argument("--rank-file", type=Path, help="this rank's prebuilt tensor file (TP3 releases)")
+    s.add_argument("--chat-template", type=Path, help="a chat template file replacing the snapshot's")
     s.add_argument(
         "--weights-exclude", action="append", default=[], help="glob of per-rank files to leave out"
     )
@@ -150,6 +152,9 @@ def _load(args: argparse.Namespace, log) -> Loaded:
     if args.rank_file:
         header = weights.safetensors_header(args.rank_file)
         log(f"rank file {args.rank_file}: {len(header) - ('__metadata__' in header)} tensors")
+    if args.chat_template:
+        digest = hashlib.sha256(args.chat_template.read_bytes()).hexdigest()
+        log(f"chat template {args.chat_template} (sha256 {digest[:12]})")
     caches = []
     if args.prefix_cache_dir:
         caches.append(CacheDir("prefix-cache", args.prefix_cache_dir, args.prefix_cache_gib))

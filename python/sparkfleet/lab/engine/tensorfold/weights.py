@@ -28,7 +28,7 @@ class WeightsError(RuntimeError):
 class Snapshot:
     path: Path
     files: list[dict]  # sorted: {"path", "size", "sha256"}
-    digest: str  # sha256 of the canonical listing
+    digest: str  # sha256 of the canonical listing: what model_weights records as manifest_digest
     tensors: int
 
     @property
@@ -110,10 +110,13 @@ def load(root: Path, exclude: list[str] | None = None, workers: int = 4) -> Snap
         tensors += len([k for k in safetensors_header(shard) if k != "__metadata__"])
     with ThreadPoolExecutor(max_workers=workers) as pool:
         digests = list(pool.map(_sha256, paths))
-    files = [
-        {"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": d}
-        for p, d in zip(paths, digests, strict=True)
-    ]
+    files = sorted(
+        (
+            {"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": d}
+            for p, d in zip(paths, digests, strict=True)
+        ),
+        key=lambda f: f["path"],
+    )
     canonical = json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
     return Snapshot(
         path=root, files=files, digest="sha256:" + hashlib.sha256(canonical).hexdigest(), tensors=tensors
