@@ -1,0 +1,86 @@
+"""sparkfleet_fabric_links: live state of the rails vs the plan, and what applying runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fl = _load("sparkfleet_fabric_links", ROOT / "roles/network_links/library/sparkfleet_fabric_links.py")
+
+LINKS = [
+    {"netdev": "enp1s0f1np1", "address": "10.12.1.1", "prefix": 24},
+    {"netdev": "enP2p1s0f1np1", "address": "10.12.2.1", "prefix": 24},
+]
+
+
+def ip_json(*links: dict) -> str:
+    return json.dumps(list(links))
+
+
+def link(name, flags=("BROADCAST", "UP", "LOWER_UP"), mtu=9000, v4=(), v6=()):
+    info = [{"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])} for a in v4]
+    info += [{"family": "inet6", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])} for a in v6]
+    return {"ifname": name, "flags": list(flags), "mtu": mtu, "addr_info": info}
+
+
+def test_converged_rails_have_no_drift():
+    live = fl.parse_ip(
+        ip_json(link("enp1s0f1np1", v4=["10.12.1.1/24"]), link("enP2p1s0f1np1", v4=["10.12.2.1/24"]))
+    )
+    assert fl.drift(LINKS, live, 9000) == []
+    assert fl.drift(LINKS, live, 9000, carrier=True) == []
+
+
+def test_drift_names_each_difference():
+    live = fl.parse_ip(
+        ip_json(
+            link("enp1s0f1np1", mtu=1500, v4=["10.12.1.1/24", "192.168.5.5/24"]),
+            link("enP2p1s0f1np1", flags=("BROADCAST",), v4=[]),
+        )
+    )
+    assert fl.drift(LINKS, live, 9000) == [
+        "enp1s0f1np1: IPv4 10.12.1.1/24, 192.168.5.5/24, plan 10.12.1.1/24",
+        "enp1s0f1np1: MTU 1500, plan 9000",
+        "enP2p1s0f1np1: IPv4 none, plan 10.12.2.1/24",
+        "enP2p1s0f1np1: administratively down",
+    ]
+    assert fl.drift(LINKS, {}, 9000) == ["enp1s0f1np1: missing", "enP2p1s0f1np1: missing"]
+
+
+def test_no_carrier_counts_only_after_applying():
+    live = fl.parse_ip(
+        ip_json(
+            link("enp1s0f1np1", flags=("BROADCAST", "UP"), v4=["10.12.1.1/24"]),
+            link("enP2p1s0f1np1", v4=["10.12.2.1/24"]),
+        )
+    )
+    assert fl.drift(LINKS, live, 9000) == []
+    assert fl.drift(LINKS, live, 9000, carrier=True) == [
+        "enp1s0f1np1: no carrier (check the cable and that the peer Spark is up)"
+    ]
+
+
+def test_apply_touches_only_the_rails():
+    assert fl.apply_commands("networkd", ["a", "b"]) == [
+        ["netplan", "generate"],
+        ["networkctl", "reload"],
+        ["networkctl", "reconfigure", "a", "b"],
+    ]
+    assert fl.apply_commands("NetworkManager", ["a"]) == [
+        ["netplan", "generate"],
+        ["nmcli", "connection", "reload"],
+        ["nmcli", "connection", "up", "netplan-a"],
+    ]

@@ -1,0 +1,296 @@
+"""Preflight refuses bad inventories before any host is touched (table-driven, >= 20 cases).
+
+Each case writes a complete inventory (hosts on loopback addresses with a closed SSH port), breaks
+one thing, and runs playbooks/preflight.yml with ansible-playbook. Expected: the run fails in
+layer 1 on localhost with the case's message (naming the variable and the value), and no cluster
+host shows a change or even a connection attempt (an attempt would be `unreachable`: nothing
+listens on that port). The control case, a good inventory, passes layer 1 and does try to
+connect, which shows the check above can tell the difference.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "playbooks/preflight.yml"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+CLOSED_PORT = 9  # discard: nothing listens on loopback there
+HEX40 = "0123456789abcdef0123456789abcdef01234567"
+
+
+def good(topology: str = "tp2") -> dict:
+    n = 2 if topology == "tp2" else 3
+    host = {f"spark{i}": {"ansible_host": f"127.0.0.{10 + i}", "sparkfleet_node": i} for i in range(1, n + 1)}
+    return {
+        "hosts": {
+            "all": {
+                "children": {
+                    "cluster": {
+                        "children": {
+                            "head": {"hosts": {"spark1": host["spark1"]}},
+                            "workers": {"hosts": {h: v for h, v in host.items() if h != "spark1"}},
+                        }
+                    }
+                }
+            }
+        },
+        "cluster": {
+            "sparkfleet_topology": topology,
+            "sparkfleet_mgmt_iface": "enP7s7",
+            "sparkfleet_state_dir": "/var/lib/sparkfleet",
+            "sparkfleet_lab": False,
+            "ansible_port": CLOSED_PORT,
+            "ansible_ssh_common_args": "-o ConnectTimeout=2",
+        },
+        "pins": {
+            "sparkfleet_pins": {
+                "model": {"repo": "LibertAIDAI/DeepSeek-V4.1-Flash-1017-EXL3-2.9bpw", "revision": HEX40},
+                "engram": {"repo": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "revision": HEX40},
+                "engine": {"repo": "https://github.com/Elevatormusic/TensorFold.git", "commit": HEX40},
+                "base_image": {"name": "nvcr.io/nvidia/pytorch", "digest": "sha256:" + "a" * 64},
+                "hf_client": {"huggingface_hub": "2.4.0"},
+            }
+        },
+        "other": {},
+    }
+
+
+def hosts_of(inv: dict) -> dict:
+    groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
+    return {**groups["head"]["hosts"], **groups["workers"]["hosts"]}
+
+
+def set_host(name: str, **values) -> Callable[[dict], None]:
+    def f(inv: dict) -> None:
+        hosts_of(inv)[name].update(values)
+        for k, v in values.items():
+            if v is None:
+                del hosts_of(inv)[name][k]
+
+    return f
+
+
+def set_var(file: str, **values) -> Callable[[dict], None]:
+    def f(inv: dict) -> None:
+        inv[file].update(values)
+
+    return f
+
+
+def set_pin(path: str, value) -> Callable[[dict], None]:
+    def f(inv: dict) -> None:
+        key, field = path.split(".")
+        inv["pins"]["sparkfleet_pins"][key][field] = value
+
+    return f
+
+
+def add_host(group: str, name: str, **values) -> Callable[[dict], None]:
+    def f(inv: dict) -> None:
+        inv["hosts"]["all"]["children"]["cluster"]["children"][group]["hosts"][name] = values
+
+    return f
+
+
+def move_head_to_workers(inv: dict) -> None:
+    groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
+    groups["workers"]["hosts"].update(groups["head"]["hosts"])
+    groups["head"]["hosts"] = {}
+
+
+def stray_host(inv: dict) -> None:
+    inv["hosts"]["all"]["children"]["cluster"]["hosts"] = {
+        "spark9": {"ansible_host": "127.0.0.19", "sparkfleet_node": 9}
+    }
+
+
+# (id, topology, mutation, expected message fragment)
+CASES = [
+    ("placeholder-address", "tp2", set_host("spark2", ansible_host="CHANGE-ME"),
+     "spark2: ansible_host='CHANGE-ME' is the sample inventory's placeholder"),
+    ("tp3-with-2-hosts", "tp2", set_var("cluster", sparkfleet_topology="tp3"),
+     "sparkfleet_topology='tp3' needs exactly 3"),
+    ("tp2-with-3-hosts", "tp2", add_host("workers", "spark3", ansible_host="127.0.0.13", sparkfleet_node=3),
+     "sparkfleet_topology='tp2' needs exactly 2"),
+    ("two-heads", "tp2", add_host("head", "spark3", ansible_host="127.0.0.13", sparkfleet_node=3),
+     "group head=['spark1', 'spark3']: expected exactly one host"),
+    ("no-head", "tp2", move_head_to_workers, "group head=[]: expected exactly one host"),
+    ("host-outside-head-and-workers", "tp2", stray_host,
+     "spark9 is in cluster but neither in head nor in workers"),
+    ("duplicate-node", "tp2", set_host("spark2", sparkfleet_node=1),
+     "spark2: sparkfleet_node=1 is already spark1's"),
+    ("node-as-string", "tp2", set_host("spark2", sparkfleet_node="2"),
+     "spark2: sparkfleet_node='2': expected a whole number 1..9 without quotes"),
+    ("node-out-of-range", "tp2", set_host("spark2", sparkfleet_node=10),
+     "spark2: sparkfleet_node=10: expected"),
+    ("node-missing", "tp2", set_host("spark2", sparkfleet_node=None), "spark2: sparkfleet_node is not set"),
+    ("duplicate-address", "tp2", set_host("spark2", ansible_host="127.0.0.11"),
+     "spark2: ansible_host='127.0.0.11' is also spark1's"),
+    ("bad-address", "tp2", set_host("spark2", ansible_host="10.0.0.300/24"),
+     "spark2: ansible_host='10.0.0.300/24': expected an IP address or a host name"),
+    ("bad-topology", "tp2", set_var("cluster", sparkfleet_topology="tp4"),
+     "sparkfleet_topology='tp4': expected one of tp2, tp3"),
+    ("revision-is-a-branch", "tp2", set_pin("model.revision", "main"),
+     "sparkfleet_pins.model.revision='main': expected a commit, 40 lowercase hex digits"),
+    ("repo-not-owner-name", "tp2", set_pin("engram.repo", "DeepSeek V4"),
+     "sparkfleet_pins.engram.repo='DeepSeek V4': expected a Hugging Face repository owner/name"),
+    ("engine-commit-placeholder", "tp3", set_pin("engine.commit", "CHANGE-ME"),
+     "sparkfleet_pins.engine.commit='CHANGE-ME' is the sample inventory's placeholder"),
+    ("digest-too-short", "tp2", set_pin("base_image.digest", "sha256:abc123"),
+     "sparkfleet_pins.base_image.digest='sha256:abc123': expected sha256:<64 lowercase hex>"),
+    ("image-name-with-spaces", "tp2", set_pin("base_image.name", "My Image"),
+     "sparkfleet_pins.base_image.name='My Image': expected an image name"),
+    ("hf-client-unquoted-float", "tp2", set_pin("hf_client.huggingface_hub", 2.4),
+     "sparkfleet_pins.hf_client.huggingface_hub=2.4: expected an exact version in quotes"),
+    ("lab-flag-as-string", "tp2", set_var("cluster", sparkfleet_lab="yes"),
+     "sparkfleet_lab='yes': expected true or false as a YAML boolean"),
+    ("bad-mgmt-iface", "tp2", set_var("cluster", sparkfleet_mgmt_iface="eth 0"),
+     "sparkfleet_mgmt_iface='eth 0': expected a network interface name"),
+    ("state-dir-relative", "tp2", set_var("cluster", sparkfleet_state_dir="var/lib/sparkfleet"),
+     "sparkfleet_state_dir='var/lib/sparkfleet': expected an absolute path"),
+    ("port-out-of-range", "tp2", set_var("other", engine_service_port=70000),
+     "engine_service_port=70000: expected a TCP port, a whole number 1..65535"),
+    ("clock-cap-too-low", "tp3", set_var("other", gpu_clocks_cap_mhz=500),
+     "gpu_clocks_cap_mhz=500: expected a clock in whole MHz: 0 (stock) or 1000..3003"),
+    ("weights-path-relative", "tp2", set_var("other", model_weights_path="models"),
+     "model_weights_path='models': expected an absolute path"),
+    ("mtu-too-small", "tp2", set_var("other", network_links_mtu=1400),
+     "network_links_mtu=1400: expected a whole number between 1500 and 9216"),
+    ("mgmt-address-not-ip", "tp2", set_host("spark1", sparkfleet_mgmt_address="spark1.lan"),
+     "spark1: sparkfleet_mgmt_address='spark1.lan': expected the IP address"),
+    ("cabling-port-used-twice", "tp3", set_var("other", cluster_plan_cabling=[
+        {"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}},
+        {"a": {"node": 2, "port": 1}, "b": {"node": 3, "port": 1}},
+        {"a": {"node": 3, "port": 0}, "b": {"node": 1, "port": 1}}]),
+     "cluster_plan_cabling[1].a=node 2 port 1 is already used by cluster_plan_cabling[0]"),
+    ("tp3-pair-not-cabled", "tp3", set_var("other", cluster_plan_cabling=[
+        {"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}},
+        {"a": {"node": 2, "port": 0}, "b": {"node": 3, "port": 1}}]),
+     "cluster_plan_cabling: no cable between nodes 1-3"),
+    ("subnet-template-without-rail", "tp2",
+     set_var("other", cluster_plan_subnet_template="10.{lo}{hi}.0.0/24"),
+     "cluster_plan_subnet_template='10.{lo}{hi}.0.0/24': placeholders ['hi', 'lo']"),
+]  # fmt: skip
+
+
+def write_inventory(root: Path, inv: dict) -> Path:
+    (root / "group_vars/all").mkdir(parents=True)
+    (root / "hosts.yml").write_text(yaml.safe_dump(inv["hosts"], sort_keys=False))
+    for name in ("cluster", "pins", "other"):
+        (root / f"group_vars/all/{name}.yml").write_text(yaml.safe_dump(inv[name], sort_keys=False))
+    return root
+
+
+def run_preflight(inventory: Path) -> dict:
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(inventory.parent / "facts"),
+        "ANSIBLE_LOCAL_TEMP": str(inventory.parent / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(PLAYBOOK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+        timeout=300,
+    )
+    try:  # the JSON document, then whatever the enabled callbacks (timer) print after it
+        out, _end = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    except ValueError:
+        out = {"plays": [], "stats": {}}
+    out["rc"] = proc.returncode
+    out["stderr"] = proc.stderr
+    return out
+
+
+def messages(result: dict, host: str) -> list[str]:
+    """Every message of a failed task result of `host`."""
+    out = []
+    for play in result.get("plays", []):
+        for task in play.get("tasks", []):
+            r = task.get("hosts", {}).get(host)
+            if r and r.get("failed"):
+                msg = r.get("msg", "")
+                out += [str(m) for m in msg] if isinstance(msg, list) else [str(msg)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    """All cases run once, two at a time (the machine is shared)."""
+    jobs = {}
+    for case_id, topology, mutate, _expected in CASES:
+        inv = good(topology)
+        mutate(inv)
+        jobs[case_id] = (inv, hosts_of(inv))
+    jobs["control-good-tp3"] = (good("tp3"), hosts_of(good("tp3")))
+    short = good("tp2")
+    short["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
+    jobs["control-short-revision"] = (short, hosts_of(short))
+
+    def one(item):
+        case_id, (inv, _hosts) = item
+        root = tmp_path_factory.mktemp(case_id)
+        return case_id, run_preflight(write_inventory(root / "inventory", copy.deepcopy(inv)))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(pool.map(one, jobs.items()))
+    for case_id, (_inv, hosts) in jobs.items():
+        done[case_id]["cluster_hosts"] = sorted(hosts)
+    return done
+
+
+def test_there_are_at_least_20_cases():
+    assert len(CASES) >= 20
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("case_id", "expected"), [(c[0], c[3]) for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_inventory_is_refused_and_no_host_is_touched(results, case_id, expected):
+    r = results[case_id]
+    assert r["rc"] != 0, f"{case_id}: preflight passed; stderr:\n{r['stderr'][-2000:]}"
+    msgs = messages(r, "localhost")
+    assert any(expected in m for m in msgs), f"{case_id}: expected {expected!r} in\n" + "\n".join(msgs)
+    stats = r["stats"]
+    assert stats["localhost"]["failures"] >= 1
+    for host in r["cluster_hosts"]:
+        s = stats.get(host, {"changed": 0, "unreachable": 0})
+        assert s.get("changed", 0) == 0, f"{case_id}: {host} changed"
+        assert s.get("unreachable", 0) == 0, f"{case_id}: something tried to connect to {host}"
+    # the failure says that nothing was touched
+    assert any("no host was contacted or changed" in m for m in msgs) or any(
+        "cluster plan cannot be computed" in m for m in msgs
+    )
+
+
+def test_control_good_inventory_passes_layer_1_and_only_then_connects(results):
+    r = results["control-good-tp3"]
+    assert messages(r, "localhost") == []
+    assert r["stats"]["localhost"]["failures"] == 0
+    # layer 2 tries to gather facts: the closed port makes every host unreachable, so the
+    # zero-unreachable check of the bad cases means something
+    assert all(r["stats"][h]["unreachable"] == 1 for h in r["cluster_hosts"]), r["stats"]
+    assert all(r["stats"][h].get("changed", 0) == 0 for h in r["cluster_hosts"])
+
+
+def test_short_revision_is_accepted_with_a_warning(results):
+    r = results["control-short-revision"]
+    assert r["stats"]["localhost"]["failures"] == 0
+    assert "sparkfleet_pins.model.revision='afc7aa0a' is a short commit (8 hex" in r["stderr"] + json.dumps(r)
+    assert "pin the full 40-hex commit" in r["stderr"] + json.dumps(r)
