@@ -124,3 +124,22 @@ def test_a_worker_without_fabric_address_is_refused(setup):
     src, workers, files, tmp = setup
     with pytest.raises(dist.WeightsError, match="no fabric address"):
         run(src, workers[0], [dict(targets(workers[:1], files)[0], addresses=[])], tmp)
+
+
+def test_the_rsync_daemon_transport_copies_to_every_worker(setup):
+    import random
+
+    src, workers, files, tmp = setup
+    for w in workers:
+        (w / "snapshot").mkdir()
+    port = random.randint(20000, 40000)
+    tgts = [{"host": w.name, "user": "", "addresses": ["127.0.0.1"], "files": files} for w in workers[:1]]
+    out = run(src, workers[0] / "snapshot", tgts, tmp, transport="rsyncd", rsyncd_port=port)
+    assert out["changed"] and sorted(out["copied"][workers[0].name]) == sorted(f["path"] for f in files)
+    for f in files:
+        assert (workers[0] / "snapshot" / f["path"]).read_bytes() == (src / f["path"]).read_bytes()
+    # the daemon is gone once the copy is done, and a second copy has nothing to send
+    import socket
+
+    with socket.socket() as s, pytest.raises(OSError):
+        s.connect(("127.0.0.1", port))

@@ -26,6 +26,15 @@ options:
   ssh_options: {type: list, elements: str, default: [], description: more ssh -o options}
   streams_per_address: {type: int, default: 1, description: rsync processes per fabric address}
   rsync: {type: str, default: rsync, description: rsync binary}
+  ssh: {type: str, default: ssh, description: ssh binary}
+  transport:
+    type: str
+    choices: [ssh, rsyncd]
+    default: ssh
+    description: >-
+      ssh = rsync over ssh; rsyncd = for this copy, an rsync daemon started through ssh on each
+      worker's fabric address (a one-time secret sent on stdin), without ssh's encryption cost
+  rsyncd_port: {type: int, default: 8730, description: first port of the per-address daemons}
   status_file: {type: path, description: progress file}
 """
 
@@ -37,6 +46,7 @@ bytes: {type: int, description: bytes of the files sent}
 import contextlib
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import tempfile
@@ -61,8 +71,8 @@ def split_streams(files: list[dict], n: int) -> list[list[dict]]:
     return [s for s in streams if s]
 
 
-def ssh_command(key: str | None, options: list[str]) -> str:
-    cmd = ["ssh", "-T", "-x", "-o", "BatchMode=yes", "-o", "Compression=no"]
+def ssh_command(key: str | None, options: list[str], binary: str = "ssh") -> str:
+    cmd = [binary, "-T", "-x", "-o", "BatchMode=yes", "-o", "Compression=no"]
     if key:
         cmd += ["-i", os.path.expanduser(key), "-o", "IdentitiesOnly=yes"]
     for opt in options:
@@ -71,7 +81,10 @@ def ssh_command(key: str | None, options: list[str]) -> str:
 
 
 class Stream:
-    def __init__(self, host: str, address: str, files: list[dict], argv: list[str], listfile: str):
+    def __init__(
+        self, host: str, address: str, files: list[dict], argv: list[str], *, listfile: str, env=None
+    ):
+        self.env = env
         self.host = host
         self.address = address
         self.files = files
@@ -84,7 +97,7 @@ class Stream:
         self.rc: int | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
         threading.Thread(target=self._read_out, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
 
@@ -123,12 +136,90 @@ class Stream:
         self.stderr = data.decode(errors="replace")[-4000:]
 
 
+# Run on a worker through ssh: an rsync daemon bound to one fabric address, for this copy only.
+# The secret comes on stdin (never on a command line); the daemon ends when the head closes stdin.
+DAEMON = r"""
+umask 077
+d=$(mktemp -d)
+IFS= read -r secret
+printf 'sparkfleet:%s\n' "$secret" > "$d/secrets"
+printf '%s\n' 'use chroot = no' 'max connections = 64' 'reverse lookup = no' "lock file = $d/lock" '[sparkfleet]' \
+  '  path = {dest}' '  read only = no' '  auth users = sparkfleet' "  secrets file = $d/secrets" \
+  '  strict modes = yes' > "$d/rsyncd.conf"
+# as root rsyncd would switch to nobody; as anyone else it must not try to switch at all
+if [ "$(id -u)" -eq 0 ]; then printf '%s\n' '  uid = 0' '  gid = 0' >> "$d/rsyncd.conf"; fi
+{rsync} --daemon --no-detach --config="$d/rsyncd.conf" --address={address} --port={port} &
+pid=$!
+echo started
+cat > /dev/null
+kill "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+rm -rf "$d"
+"""
+
+
+class Daemon:
+    """An rsync daemon on a worker's fabric address, reached without ssh's encryption cost."""
+
+    def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, rsync: str):
+        self.host, self.address, self.port = host, address, port
+        self.secret = secrets.token_hex(16)
+        script = DAEMON.format(dest=dest.rstrip("/"), rsync=rsync, address=shlex.quote(address), port=port)
+        who = f"{user}@{address}" if user else address
+        self.proc = subprocess.Popen(
+            [*shlex.split(ssh), who, f"sh -c {shlex.quote(script)}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(self.secret + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().strip()
+        if line != "started":
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise WeightsError(
+                f"{host}: could not start an rsync daemon on {address}: {_last_line(err) or line}"
+            )
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"rsync://sparkfleet@{host}:{self.port}/sparkfleet/"
+
+    def wait_ready(self, rsync: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        env = dict(os.environ, RSYNC_PASSWORD=self.secret)
+        while True:
+            probe = subprocess.run(
+                [rsync, "--list-only", self.url], env=env, capture_output=True, text=True, check=False
+            )
+            if probe.returncode == 0:
+                return
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise WeightsError(
+                    f"{self.host}: the rsync daemon on {self.address}:{self.port} did not answer: "
+                    f"{_last_line(probe.stderr)}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
 def _last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""
 
 
-def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR0915 - plan, start, watch, report: one pipeline
+def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912 - plan, start, watch, report: one pipeline
     src = params["src"].rstrip("/") + "/"
     dest = params["dest"].rstrip("/") + "/"
     targets = params["targets"]
@@ -153,38 +244,71 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
             "bytes": total,
             "msg": f"would copy {human(total)} to {', '.join(sorted(todo))}",
         }
-    ssh = ssh_command(params.get("ssh_key"), params.get("ssh_options") or [])
+    ssh = ssh_command(params.get("ssh_key"), params.get("ssh_options") or [], params.get("ssh") or "ssh")
     rsync = params.get("rsync") or "rsync"
+    transport = params.get("transport") or "ssh"
     streams: list[Stream] = []
+    daemons: dict[tuple[str, str], Daemon] = {}
     tmpdir = tempfile.mkdtemp(prefix="sparkfleet-distribute-")
     per_addr = max(1, params.get("streams_per_address") or 1)
-    for t, files, addrs in plan:
-        if not files:
-            continue
-        chunks = split_streams(files, len(addrs) * per_addr)
-        for i, chunk in enumerate(chunks):
-            address = addrs[i % len(addrs)]
-            listfile = os.path.join(tmpdir, f"{t['host']}-{i}.list")
-            with open(listfile, "w") as fh:
-                fh.write("".join(f["path"] + "\n" for f in chunk))
-            who = f"{t['user']}@{address}" if t.get("user") else address
-            if ":" in address:
-                who = f"{t['user']}@[{address}]" if t.get("user") else f"[{address}]"
-            argv = [
-                rsync,
-                "-t",
-                "--partial",
-                "--partial-dir=.rsync-partial",
-                f"--files-from={listfile}",
-                "--info=progress2",
-                "--no-inc-recursive",
-                "--out-format=SF %i %n",
-                "-e",
-                ssh,
-                src,
-                f"{who}:{dest}",
-            ]
-            streams.append(Stream(t["host"], address, chunk, argv, listfile))
+    port = int(params.get("rsyncd_port") or 8730)
+    try:
+        for t, files, addrs in plan:
+            if not files:
+                continue
+            for i, chunk in enumerate(split_streams(files, len(addrs) * per_addr)):
+                address = addrs[i % len(addrs)]
+                listfile = os.path.join(tmpdir, f"{t['host']}-{i}.list")
+                with open(listfile, "w") as fh:
+                    fh.write("".join(f["path"] + "\n" for f in chunk))
+                argv = [rsync, "-t", "--partial", "--partial-dir=.rsync-partial", f"--files-from={listfile}"]
+                argv += ["--info=progress2", "--no-inc-recursive", "--out-format=SF %i %n"]
+                if transport == "rsyncd":
+                    key = (t["host"], address)
+                    if key not in daemons:
+                        user = t.get("user", "")
+                        daemons[key] = Daemon(
+                            t["host"],
+                            user,
+                            address,
+                            port=port + len(daemons),
+                            dest=dest,
+                            ssh=ssh,
+                            rsync=rsync,
+                        )
+                    env = dict(os.environ, RSYNC_PASSWORD=daemons[key].secret)
+                    streams.append(
+                        Stream(
+                            t["host"],
+                            address,
+                            chunk,
+                            [*argv, src, daemons[key].url],
+                            listfile=listfile,
+                            env=env,
+                        )
+                    )
+                else:
+                    who = f"{t['user']}@{address}" if t.get("user") else address
+                    if ":" in address:
+                        who = f"{t['user']}@[{address}]" if t.get("user") else f"[{address}]"
+                    streams.append(
+                        Stream(
+                            t["host"],
+                            address,
+                            chunk,
+                            [*argv, "-e", ssh, src, f"{who}:{dest}"],
+                            listfile=listfile,
+                        )
+                    )
+        for d in daemons.values():
+            d.wait_ready(rsync)
+        return _copy(params, streams, total, todo, tmpdir)
+    finally:
+        for d in daemons.values():
+            d.stop()
+
+
+def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> dict:
     progress = Progress(params.get("status_file"), "copy", total, sum(len(f) for f in todo.values()))
     progress.detail = f"{len(streams)} rsync streams to {', '.join(sorted(todo))}"
     progress.maybe_write(force=True)
@@ -246,6 +370,9 @@ def main() -> None:
             "ssh_options": {"type": "list", "elements": "str", "default": []},
             "streams_per_address": {"type": "int", "default": 1},
             "rsync": {"type": "str", "default": "rsync"},
+            "ssh": {"type": "str", "default": "ssh"},
+            "transport": {"type": "str", "choices": ["ssh", "rsyncd"], "default": "ssh"},
+            "rsyncd_port": {"type": "int", "default": 8730},
             "status_file": {"type": "path"},
         },
         supports_check_mode=True,
