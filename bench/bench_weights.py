@@ -129,7 +129,8 @@ print(time.perf_counter() - t0)
 HARNESS = r"""
 import importlib.util, json, sys, time
 sys.path.insert(0, "/var/tmp/sparkfleet-bench")
-spec = importlib.util.spec_from_file_location("ansible.module_utils.sparkfleet_weights", "/var/tmp/sparkfleet-bench/sparkfleet_weights.py")
+spec = importlib.util.spec_from_file_location(
+    "ansible.module_utils.sparkfleet_weights", "/var/tmp/sparkfleet-bench/sparkfleet_weights.py")
 mu = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mu
 import types; sys.modules.setdefault("ansible", types.ModuleType("ansible"))
 sys.modules.setdefault("ansible.module_utils", types.ModuleType("ansible.module_utils"))
@@ -139,7 +140,8 @@ spec.loader.exec_module(mu)
 spec = importlib.util.spec_from_file_location("dist", "/var/tmp/sparkfleet-bench/model_weights_distribute.py")
 dist = importlib.util.module_from_spec(spec); spec.loader.exec_module(dist)
 params = json.loads(open(sys.argv[1]).read())
-t0 = time.perf_counter(); out = dist.run(params); print(json.dumps({"elapsed": time.perf_counter() - t0, "bytes": out["bytes"]}))
+t0 = time.perf_counter(); out = dist.run(params)
+print(json.dumps({"elapsed": time.perf_counter() - t0, "bytes": out["bytes"]}))
 """
 
 
@@ -233,8 +235,9 @@ def bench_distribute(total_mb: int) -> list[dict]:
             "candidate": res["elapsed"],
             "unit": "s",
             "ratio": raw / res["elapsed"],
-            "how": f"lab {name}: {total / 1e6:.0f} MB to {len(workers)} workers; plain TCP on one fabric address "
-            f"per worker at once vs model_weights_distribute ({params['transport']}, 1 stream per fabric address, "
+            "how": f"lab {name}: {total / 1e6:.0f} MB to {len(workers)} workers; plain TCP on one fabric "
+            f"address per worker at once vs model_weights_distribute ({params['transport']}, 1 stream per "
+            "fabric address, "
             f"{sum(len(a) for a in addrs.values())} streams); ratio 1.0 = link speed",
         }
     ]

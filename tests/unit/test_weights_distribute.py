@@ -132,7 +132,7 @@ def test_the_rsync_daemon_transport_copies_to_every_worker(setup):
     src, workers, files, tmp = setup
     for w in workers:
         (w / "snapshot").mkdir()
-    port = random.randint(20000, 40000)
+    port = random.randint(20000, 40000)  # noqa: S311 - a free-ish test port, not a secret
     tgts = [{"host": w.name, "user": "", "addresses": ["127.0.0.1"], "files": files} for w in workers[:1]]
     out = run(src, workers[0] / "snapshot", tgts, tmp, transport="rsyncd", rsyncd_port=port)
     assert out["changed"] and sorted(out["copied"][workers[0].name]) == sorted(f["path"] for f in files)

@@ -143,7 +143,8 @@ umask 077
 d=$(mktemp -d)
 IFS= read -r secret
 printf 'sparkfleet:%s\n' "$secret" > "$d/secrets"
-printf '%s\n' 'use chroot = no' 'max connections = 64' 'reverse lookup = no' "lock file = $d/lock" '[sparkfleet]' \
+printf '%s\n' 'use chroot = no' 'max connections = 64' 'reverse lookup = no' "lock file = $d/lock" \
+  '[sparkfleet]' \
   '  path = {dest}' '  read only = no' '  auth users = sparkfleet' "  secrets file = $d/secrets" \
   '  strict modes = yes' > "$d/rsyncd.conf"
 # as root rsyncd would switch to nobody; as anyone else it must not try to switch at all
