@@ -43,6 +43,11 @@ def test_netdev_to_hca_follows_the_connectx7_table_of_the_plan():
 def test_default_gid_is_the_eui64_link_local_of_the_mac():
     assert str(sim.default_gid("02:42:0a:fb:02:0a")) == "fe80::42:aff:fefb:20a"
     assert sim.gid_text(sim.default_gid(MAC)) == "fe80:0000:0000:0000:0042:0aff:fefb:020a"
+    # IPv4-mapped GIDs are hex groups too (Python 3.13's `exploded` would print 10.12.1.1)
+    assert (
+        sim.gid_text(sim.ipaddress.IPv6Address("::ffff:10.12.1.1"))
+        == "0000:0000:0000:0000:0000:ffff:0a0c:0101"
+    )
 
 
 def write_tree(tmp_path: Path, devs: list) -> Path:
@@ -61,6 +66,7 @@ def test_tree_layout_and_discovery_without_ipv6(tmp_path):
     assert (port / "rate").read_text() == "200 Gb/sec (2X NDR)\n"
     assert (base / "rocep1s0f1/device/net/enp1s0f1np1").is_dir()
     assert (port / "gids/0").read_text().strip() == "fe80:0000:0000:0000:0042:0aff:fefb:020a"
+    assert (port / "gids/3").read_text().strip() == "0000:0000:0000:0000:0000:ffff:0a0c:0101"
     assert (port / "gid_attrs/types/2").read_text().strip() == "IB/RoCE v1"
     assert (port / "gid_attrs/types/3").read_text().strip() == "RoCE v2"
     assert (port / "gid_attrs/ndevs/3").read_text().strip() == "enp1s0f1np1"
@@ -139,3 +145,19 @@ def test_once_runs_standalone(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "t/class/infiniband").is_dir()
+
+
+def test_node_side_code_is_stdlib_only():
+    """What runs on the nodes imports nothing outside the standard library (node Python 3.11-3.13)."""
+    for path in [
+        SIM,
+        ROOT / "roles/network_links/library/sparkfleet_rdma_facts.py",
+        ROOT / "roles/network_links/library/sparkfleet_fabric_links.py",
+        ROOT / "roles/preflight/library/sparkfleet_preflight_facts.py",
+    ]:
+        imports = {
+            ln.split()[1].split(".")[0]
+            for ln in path.read_text().splitlines()
+            if ln.strip().startswith(("import ", "from ")) and "__future__" not in ln
+        }
+        assert imports <= set(sys.stdlib_module_names) | {"ansible"}, (path.name, imports)

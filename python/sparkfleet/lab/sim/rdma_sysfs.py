@@ -76,8 +76,10 @@ def hca_name(netdev: str) -> str | None:
 
 
 def gid_text(addr: ipaddress.IPv6Address) -> str:
-    """sysfs prints a GID as 8 groups of 4 hex digits, never compressed."""
-    return addr.exploded
+    """sysfs prints a GID as 8 groups of 4 hex digits, never compressed, also for IPv4-mapped ones
+    (which `exploded` shows in dotted form on Python 3.13)."""
+    b = addr.packed
+    return ":".join(f"{b[i]:02x}{b[i + 1]:02x}" for i in range(0, 16, 2))
 
 
 def default_gid(mac: str) -> ipaddress.IPv6Address:
