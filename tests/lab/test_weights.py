@@ -62,13 +62,20 @@ def test_every_node_records_the_same_verified_manifest(lab, converged):
         assert sha256(lab, host, f"{SNAPSHOT}/{shard['path']}") == shard["sha256"]
         if lab.topology == "tp3":
             assert sha256(lab, host, rec["rank"]["path"]) == rec["rank"]["sha256"]
+        else:  # the TP2 recipe's chat template step ran on every node
+            assert sha256(lab, host, rec["chat_template"]["path"]) == rec["chat_template"]["sha256"]
+            fixed = lab.exec(host, "cat", rec["chat_template"]["path"])
+            assert "reasoning_effort" in fixed and "else true" not in fixed
 
 
 def test_workers_have_plain_files_not_hub_cache_links(lab, converged):
     for host in lab.hosts[1:]:
         links = lab.exec(host, "find", SNAPSHOT, "-type", "l").strip()
         assert links == ""
-        assert lab.exec(host, "sh", "-c", "test -e /srv/sparkfleet/models/hub && echo yes || echo no").strip() == "no"
+        assert (
+            lab.exec(host, "sh", "-c", "test -e /srv/sparkfleet/models/hub && echo yes || echo no").strip()
+            == "no"
+        )
 
 
 @pytest.mark.destructive
@@ -90,6 +97,19 @@ def test_a_flipped_byte_in_a_worker_shard_is_caught_and_repaired(lab, play, conv
 
 
 @pytest.mark.destructive
+def test_a_corrupt_file_on_the_head_is_fetched_again(lab, play, converged):
+    head = lab.hosts[0]
+    shard = next(f for f in manifest(lab, head)["files"] if f["path"].endswith(".safetensors"))
+    path = f"{SNAPSHOT}/{shard['path']}"
+    lab.exec(head, "python3", "-c", f"open({path!r}, 'r+b').write(b'garbage!')")
+    result = weights(play)
+    assert result.exit_code == 0, failure_text(result)
+    assert sha256(lab, head, path) == shard["sha256"]
+    # the workers' copies were good and stay untouched
+    assert all(result.hosts[w].changed == 0 for w in lab.hosts[1:])
+
+
+@pytest.mark.destructive
 def test_too_little_disk_is_refused_before_a_byte_moves(lab, play, converged):
     worker = lab.hosts[1]
     files = manifest(lab, worker)["files"]
@@ -100,7 +120,9 @@ def test_too_little_disk_is_refused_before_a_byte_moves(lab, play, converged):
     assert result.exit_code == 2
     text = failure_text(result)
     assert "not enough disk" in text and "/srv/sparkfleet/models" in text and "margin" in text, text
-    gone = lab.exec(worker, "sh", "-c", f"ls {shlex.quote(path)} {SNAPSHOT}/.rsync-partial 2>/dev/null | wc -l")
+    gone = lab.exec(
+        worker, "sh", "-c", f"ls {shlex.quote(path)} {SNAPSHOT}/.rsync-partial 2>/dev/null | wc -l"
+    )
     assert gone.strip() == "0", "a byte moved although the disk check refused"
     # on the head: a fresh weights path, refused before any download
     fresh = "/srv/sparkfleet/fresh"
