@@ -1,0 +1,288 @@
+"""The engine on a live lab: verify, status, no-op start, loopback/key, and the fault tests.
+
+Needs a converged lab (site.yml, or network/weights/engine/start): `SPARKFLEET_LAB=<name> pytest
+tests/lab/test_engine.py`. The destructive tests (a killed worker, a restarted node, a whole-cluster
+restart, a settings change, a pin change) run last and leave the cluster converged and verified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+from sparkfleet.lab import engine as engine_repo
+
+NAME = "sparkfleet-engine"
+KEYS = "/var/lib/sparkfleet/engine/api/keys"
+PORTS = {"tp2": 8888, "tp3": 18002}
+MODELS = {"tp2": "DeepSeek-V4.1-Flash-1017", "tp3": "deepseek-v4.1-flash"}
+ARTIFACTS: list[Path] = []  # every run of this module, searched for secrets at the end
+
+
+def run(play, playbook: str, **extravars):
+    result = play(playbook, extravars=extravars or None)
+    ARTIFACTS.append(Path(result.artifacts_dir))
+    return result
+
+
+def failure_text(result) -> str:
+    return " ".join(f"{f.host}: {f.task}: {f.msg}" for f in result.failures)
+
+
+def engine_status(result) -> dict:
+    """The status playbook's set_stats data (what `sparkfleet status --json` carries)."""
+    for path in sorted((Path(result.artifacts_dir) / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        if event.get("event") == "playbook_on_stats":
+            return event["event_data"]["artifact_data"]["engine_status"]
+    raise AssertionError("no playbook_on_stats event with engine_status")
+
+
+def container(lab, host: str) -> dict:
+    out = lab.exec(host, "docker", "inspect", NAME, check=False)
+    data = json.loads(out) if out.strip() else []
+    return data[0] if data else {}
+
+
+def started_at(lab, host: str) -> str:
+    return container(lab, host).get("State", {}).get("StartedAt", "")
+
+
+def api(
+    lab, path: str, body: object | None = None, key: bool = True, raw: str | None = None
+) -> tuple[int, str]:
+    """curl on the head (the API is on its loopback); the key is read there, never passed around."""
+    port = PORTS[lab.topology]
+    cmd = f"curl -s -o /tmp/engine-test.out -w '%{{http_code}}' http://127.0.0.1:{port}{path}"
+    if key and lab.topology == "tp3":
+        cmd += f' -H "Authorization: Bearer $(grep -v "^#" {KEYS} | head -n1)"'
+    if body is not None or raw is not None:
+        data = raw if raw is not None else json.dumps(body)
+        cmd += f" -H 'Content-Type: application/json' --data-binary {shlex.quote(data)}"
+    code = lab.exec("spark1", "sh", "-c", cmd, check=False).strip()
+    return int(code or 0), lab.exec("spark1", "cat", "/tmp/engine-test.out", check=False)
+
+
+def chat(lab, content: str = "What is 17*19? Reply with only the number.") -> tuple[int, str]:
+    body = {"model": MODELS[lab.topology], "messages": [{"role": "user", "content": content}]}
+    return api(lab, "/v1/chat/completions", {**body, "reasoning_effort": "none"})
+
+
+def wait_for(predicate, timeout: float = 60, step: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
+
+
+@pytest.fixture(scope="module")
+def started(lab, play):
+    result = run(play, "playbooks/start.yml")
+    assert result.exit_code == 0, failure_text(result)
+    return result
+
+
+def test_verify_passes(lab, play, started):
+    result = run(play, "playbooks/verify.yml")
+    assert result.exit_code == 0, failure_text(result)
+
+
+def test_status_shows_every_rank_running_the_pinned_commit(lab, play, started):
+    status = engine_status(run(play, "playbooks/status.yml"))
+    assert status["healthy"], status
+    pin = lab.state["pins"]["engine"]["commit"]
+    assert [r["node"] for r in status["rows"]] == lab.hosts
+    for row in status["rows"]:
+        assert row["unit"] == "active/running" and row["container"] == "running"
+        assert row["commit"] == pin[:12]
+        assert row["weights"].startswith("verified ")
+    assert status["rows"][0]["model"] == MODELS[lab.topology]
+    assert all(r["api"].startswith("rank ok") for r in status["rows"][1:])
+
+
+def test_a_second_start_changes_and_restarts_nothing(lab, play, started):
+    before = {h: started_at(lab, h) for h in lab.hosts}
+    again = run(play, "playbooks/start.yml")
+    assert again.exit_code == 0, failure_text(again)
+    assert {h: s.changed for h, s in again.hosts.items()} == dict.fromkeys(lab.hosts, 0)
+    assert {h: started_at(lab, h) for h in lab.hosts} == before
+
+
+def test_the_container_is_what_the_spec_says(lab, started):
+    for rank, host in enumerate(lab.hosts):
+        c = container(lab, host)
+        labels = c["Config"]["Labels"]
+        assert labels["io.sparkfleet.engine.managed"] == "true" and labels[
+            "io.sparkfleet.engine.rank"
+        ] == str(rank)
+        assert labels["io.sparkfleet.engine.commit"] == lab.state["pins"]["engine"]["commit"]
+        hc = c["HostConfig"]
+        assert hc["NetworkMode"] == "host" and hc["IpcMode"] == "host" and hc["Init"] is True
+        assert hc["OomScoreAdj"] == 1000 and hc["ShmSize"] == 10 << 30 and hc["RestartPolicy"]["Name"] == "no"
+        assert hc["LogConfig"]["Type"] == "json-file" and hc["LogConfig"]["Config"]["max-size"] == "100m"
+        weights = next(m for m in c["Mounts"] if m["Destination"] == "/srv/sparkfleet/models/snapshot")
+        assert weights["RW"] is False
+        env = dict(e.split("=", 1) for e in c["Config"]["Env"])
+        assert env["HF_HUB_OFFLINE"] == "1" and env["MASTER_ADDR"] == lab.mgmt_ip(1)
+        assert "NCCL_SOCKET_IFNAME" in env and "HF_TOKEN" not in env
+        fabric = json.loads(env["SPARKFLEET_FABRIC"])
+        assert set(fabric["peers"]) == ({str(r) for r in range(1, len(lab.hosts))} if rank == 0 else {"0"})
+        cmd = c["Config"]["Cmd"]
+        assert cmd[:2] == ["tensorfold", "serve"] and cmd[cmd.index("--rank") + 1] == str(rank)
+        assert ("--port" in cmd) == (rank == 0)
+
+
+def test_api_listens_on_loopback_only(lab, started):
+    port = PORTS[lab.topology]
+    lines = lab.exec("spark1", "ss", "-Hltn", f"sport = :{port}").splitlines()
+    assert [line.split()[3] for line in lines] == [f"127.0.0.1:{port}"]  # the local address column, only loopback
+
+
+@pytest.mark.topology("tp3")
+def test_tp3_needs_the_key_kept_private(lab, started):
+    assert api(lab, "/v1/models", key=False)[0] == 401
+    assert api(lab, "/v1/models")[0] == 200
+    for path, owner in ((KEYS, "root"), ("/home/spark/ds1017/api/credentials.env", "spark")):
+        assert lab.exec("spark1", "stat", "-c", "%a %U", path).split() == ["600", owner]
+    key = lab.exec("spark1", "sh", "-c", f"grep -v '^#' {KEYS}").strip()
+    creds = lab.exec("spark1", "cat", "/home/spark/ds1017/api/credentials.env")
+    assert f"SPARK_API_KEY={key}" in creds
+
+
+def test_a_malformed_request_leaves_the_server_serving(lab, started):
+    code, body = api(lab, "/v1/chat/completions", raw='{"model": "x", "messages": [')
+    assert code == 400 and "not valid JSON" in body
+    code, body = api(lab, "/v1/chat/completions", {"messages": "not a list"})
+    assert code == 400
+    code, body = chat(lab)
+    assert code == 200 and "323" in json.loads(body)["choices"][0]["message"]["content"]
+
+
+# ---- fault tests (destructive: they run last and leave the cluster converged) ----------------
+
+
+def assert_started_in_order(lab) -> None:
+    """Workers started before rank 0 (container StartedAt, RFC 3339 with nanoseconds: sortable)."""
+    times = {h: started_at(lab, h) for h in lab.hosts}
+    assert all(times[w] < times[lab.hosts[0]] for w in lab.hosts[1:]), times
+
+
+def recover(lab, play) -> None:
+    result = run(play, "playbooks/start.yml")
+    assert result.exit_code == 0, failure_text(result)
+    assert_started_in_order(lab)
+    status = engine_status(run(play, "playbooks/status.yml"))
+    assert status["healthy"], status
+    assert run(play, "playbooks/verify.yml").exit_code == 0
+
+
+@pytest.mark.destructive
+def test_a_killed_worker_shows_in_status_and_start_recovers_in_order(lab, play, started):
+    worker = lab.hosts[-1]
+    lab.exec(worker, "docker", "kill", NAME)
+    assert wait_for(lambda: api(lab, "/health")[0] == 503, timeout=30)
+    code, body = chat(lab)
+    assert code == 503 and "rank" in json.loads(body)["error"]["message"]  # a clean error, not a hang
+    status = engine_status(run(play, "playbooks/status.yml"))
+    assert not status["healthy"]
+    row = next(r for r in status["rows"] if r["node"] == worker)
+    assert row["container"].startswith("exited") and row["api"] == "rank lost"
+    notes = " ".join(status["notes"])
+    assert worker in notes and "degraded" in notes
+    recover(lab, play)
+
+
+@pytest.mark.destructive
+def test_a_restarted_worker_node_is_explained_then_recovered(lab, play, started):
+    worker = lab.hosts[1]
+    os.system(f"docker restart {lab.container(worker)} >/dev/null")  # noqa: S605 - the lab's own node
+    lab._wait_booted(worker)
+    lab._wait_ssh(worker)
+    # The worker's unit starts at boot, but rank 0 formed its cluster without it: it is refused, and says so.
+    assert wait_for(lambda: not container(lab, worker).get("State", {}).get("Running", True), timeout=90)
+    status = engine_status(run(play, "playbooks/status.yml"))
+    assert not status["healthy"]
+    notes = " ".join(status["notes"])
+    assert worker in notes and "formed cluster" in notes, notes
+    recover(lab, play)
+
+
+@pytest.mark.destructive
+def test_the_engine_comes_back_after_a_whole_cluster_restart(lab, play, started):
+    for host in lab.hosts:
+        os.system(f"docker restart {lab.container(host)} >/dev/null")  # noqa: S605 - the lab's own nodes
+    for host in lab.hosts:
+        lab._wait_booted(host)
+        lab._wait_ssh(host)
+    # Every unit starts at boot on its own; the rendezvous waits for the others, in any order.
+    assert wait_for(lambda: api(lab, "/health")[0] == 200, timeout=240, step=3), api(lab, "/health")
+    status = engine_status(run(play, "playbooks/status.yml"))
+    assert status["healthy"], status
+    again = run(play, "playbooks/start.yml")
+    assert again.exit_code == 0 and sum(s.changed for s in again.hosts.values()) == 0
+
+
+@pytest.mark.destructive
+def test_a_settings_change_restarts_in_order_and_back(lab, play, started):
+    before = {h: started_at(lab, h) for h in lab.hosts}
+    changed = run(play, "playbooks/start.yml", engine_service_max_num_seqs=3)
+    assert changed.exit_code == 0, failure_text(changed)
+    after = {h: started_at(lab, h) for h in lab.hosts}
+    assert all(after[h] > before[h] for h in lab.hosts)
+    assert_started_in_order(lab)
+    cmd = container(lab, "spark1")["Config"]["Cmd"]
+    assert cmd[cmd.index("--max-num-seqs") + 1] == "3"
+    recover(lab, play)
+
+
+@pytest.mark.destructive
+def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
+    pins = lab.state["pins"]
+    new = engine_repo.add_commit(lab.state_dir / "hub" / "git", note="lab test: pin change")
+    moved = {**pins, "engine": {**pins["engine"], "commit": new}}
+    built = run(play, "playbooks/engine.yml", sparkfleet_pins=moved)
+    assert built.exit_code == 0, failure_text(built)
+    assert built.hosts["spark1"].changed > 0  # built on the head (and shipped from there)
+    ids = {
+        h: lab.exec(h, "docker", "image", "inspect", "-f", "{{.Id}}", f"sparkfleet/engine:{new}").strip()
+        for h in lab.hosts
+    }
+    assert len(set(ids.values())) == 1, ids  # the head's image on every worker
+    fmt = '{{index .Config.Labels "io.sparkfleet.engine.commit"}}'
+    label = lab.exec("spark1", "docker", "image", "inspect", "-f", fmt, f"sparkfleet/engine:{new}").strip()
+    assert label == new
+    again = run(play, "playbooks/engine.yml", sparkfleet_pins=moved)
+    assert sum(s.changed for s in again.hosts.values()) == 0  # built and shipped once
+    restarted = run(play, "playbooks/start.yml", sparkfleet_pins=moved)
+    assert restarted.exit_code == 0, failure_text(restarted)
+    assert json.loads(api(lab, "/health")[1])["version"].startswith("0.1.0+")
+    status = engine_status(run(play, "playbooks/status.yml", sparkfleet_pins=moved))
+    assert {r["commit"] for r in status["rows"]} == {new[:12]}
+    back = run(play, "playbooks/engine.yml")  # the old pin's image is still there: nothing to build or ship
+    assert back.exit_code == 0 and sum(s.changed for s in back.hosts.values()) == 0
+    recover(lab, play)
+
+
+@pytest.mark.destructive
+def test_no_secret_in_any_artifact_or_log(lab, play, started):
+    key = lab.exec("spark1", "sh", "-c", f"test -f {KEYS} && grep -v '^#' {KEYS} || true").strip()
+    secrets = [s for s in (key, os.environ.get("HF_TOKEN", "")) if len(s) >= 8]
+    places = [*ARTIFACTS, lab.state_dir / "inventory"]
+    for place in places:
+        for path in place.rglob("*") if place.is_dir() else []:
+            if path.is_file():
+                text = path.read_text(errors="replace")
+                for secret in secrets:
+                    assert secret not in text, f"a secret in {path}"
+    for host in lab.hosts:
+        logs = lab.exec(
+            host, "sh", "-c", f"journalctl -u {NAME} --no-pager; docker logs {NAME} 2>&1", check=False
+        )
+        for secret in secrets:
+            assert secret not in logs, f"a secret in {host}'s engine logs"
