@@ -41,6 +41,16 @@ def docker_exec(lab, host: str, *cmd: str, check: bool = True) -> subprocess.Com
     )
 
 
+def _engine_running(lab) -> bool:
+    """Whether engine_service's containers run on any node (they carry its label)."""
+    return any(
+        docker_exec(
+            lab, h, "docker", "ps", "-q", "--filter", "label=io.sparkfleet.engine.managed=true", check=False
+        ).stdout.strip()
+        for h in lab.hosts
+    )
+
+
 def pid1_start(lab, host: str) -> str:
     """Changes on every boot of a lab node (its container restarts under the same kernel)."""
     return docker_exec(lab, host, "cut", "-d", " ", "-f22", "/proc/1/stat").stdout.strip()
@@ -212,6 +222,12 @@ def test_earlyoom_kills_the_engine_first_and_spares_sshd_and_dockerd(lab, play):
     """A real kill: a memory hog named like the engine dies first, although a bigger process runs;
     sshd, dockerd and containerd survive. Test-only thresholds, set just below the memory free now."""
     host = lab.hosts[0]
+    # The engine's processes carry the preferred name and --oom-score-adj 1000: with the engine up, earlyoom
+    # would (rightly) kill a rank first. Stop the cluster's engine for this test, start it again afterwards.
+    engine_ran = _engine_running(lab)
+    if engine_ran:
+        stop = play("playbooks/stop.yml")
+        assert stop.exit_code == 0, stop.failures
     docker_exec(lab, host, "mkdir", "-p", "/tmp/oomtest")
     for name in ("tensorfold", "bigdecoy"):
         subprocess.run(
@@ -274,6 +290,9 @@ def test_earlyoom_kills_the_engine_first_and_spares_sshd_and_dockerd(lab, play):
         docker_exec(lab, host, "pkill", "-x", "tensorfold", check=False)
         restore = play("playbooks/host.yml", tags="earlyoom", limit=host)
         assert restore.exit_code == 0, restore.failures
+        if engine_ran:
+            start = play("playbooks/start.yml")
+            assert start.exit_code == 0, start.failures
 
 
 @pytest.mark.destructive
@@ -290,12 +309,7 @@ def test_reboot_only_when_allowed_then_the_whole_cluster_together(lab, play):
             "(the lab needs `--restart unless-stopped` on its nodes)"
         )
     worker = lab.hosts[-1]
-    engine_ran = any(
-        docker_exec(
-            lab, h, "sh", "-c", "docker ps -q --filter label=io.sparkfleet.engine.managed=true", check=False
-        ).stdout.strip()
-        for h in lab.hosts
-    )
+    engine_ran = _engine_running(lab)
     docker_exec(lab, worker, "sh", "-c", "echo '*** System restart required ***' > /run/reboot-required")
     before = {h: pid1_start(lab, h) for h in lab.hosts}
 
