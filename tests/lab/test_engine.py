@@ -141,7 +141,7 @@ def test_the_container_is_what_the_spec_says(lab, started):
 def test_api_listens_on_loopback_only(lab, started):
     port = PORTS[lab.topology]
     lines = lab.exec("spark1", "ss", "-Hltn", f"sport = :{port}").splitlines()
-    assert [line.split()[3] for line in lines] == [f"127.0.0.1:{port}"]  # the local address column, only loopback
+    assert [line.split()[3] for line in lines] == [f"127.0.0.1:{port}"]  # local address column: loopback only
 
 
 @pytest.mark.topology("tp3")

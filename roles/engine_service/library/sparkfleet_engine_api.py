@@ -538,7 +538,8 @@ def main() -> None:
     try:
         key = read_key(p["api_key_file"])
     except (OSError, ApiError) as exc:
-        module.fail_json(msg=f"cannot read the API key file: {exc}", fatal=True, ready=False)
+        why = f"cannot read the API key file: {exc}"
+        module.fail_json(msg=why, fatal=True, ready=False, state="error", detail=why)
     client = Client(p["url"], key, p["timeout"])
     if p["action"] == "probe":
         module.exit_json(changed=False, **probe(client, p["model"]))
