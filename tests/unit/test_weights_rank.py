@@ -51,6 +51,7 @@ def build(snap, tmp_path, rank=1, **extra):
 def test_builtin_builder_matches_the_release_manifest(snap, tmp_path, rank):
     out, params = build(snap, tmp_path, rank)
     assert out["changed"] and out["sha256"] == params["expected_sha256"]
+    assert out["build"] and out["present"]
     assert not (tmp_path / f"rank{rank}.safetensors.partial").exists()
 
 
@@ -76,7 +77,7 @@ def test_the_rank_file_is_a_valid_safetensors_file_in_keys_order(snap, tmp_path)
 def test_an_existing_good_rank_file_is_kept_and_a_bad_one_rebuilt(snap, tmp_path):
     build(snap, tmp_path, 0)
     again, _ = build(snap, tmp_path, 0)
-    assert not again["changed"]
+    assert not again["changed"] and not again["build"] and again["present"]
     dest = tmp_path / "rank0.safetensors"
     with dest.open("r+b") as fh:
         fh.seek(-1, 2)
@@ -85,6 +86,21 @@ def test_an_existing_good_rank_file_is_kept_and_a_bad_one_rebuilt(snap, tmp_path
         fh.write(bytes([last[0] ^ 0xFF]))
     fixed, params = build(snap, tmp_path, 0)
     assert fixed["changed"] and fixed["sha256"] == params["expected_sha256"]
+
+
+def test_check_mode_says_it_would_build_and_writes_nothing(snap, tmp_path):
+    snapshot, release = snap
+    out = rank_mod.run(
+        {
+            "snapshot": str(snapshot),
+            "keys": "tp3/rank2.keys",
+            "rank": 2,
+            "dest": str(tmp_path / "rank2.safetensors"),
+            "expected_sha256": release["tp3/rank2.safetensors"],
+        },
+        check_mode=True,
+    )
+    assert out["build"] and not out["present"] and not (tmp_path / "rank2.safetensors").exists()
 
 
 def test_a_mismatch_is_a_clear_error_and_leaves_no_file(snap, tmp_path):

@@ -74,6 +74,8 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
             return {
                 **base,
                 "changed": False,
+                "build": False,
+                "present": True,
                 "size": st.st_size,
                 "msg": f"rank {rank}: {dest} matches the release manifest",
             }
@@ -96,6 +98,8 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
         return {
             **base,
             "changed": True,
+            "build": True,
+            "present": False,
             "size": plan["size"],
             "msg": f"rank {rank}: would build {dest} ({human(plan['size'])})",
         }
@@ -156,6 +160,8 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912, PLR09
     return {
         **base,
         "changed": True,
+        "build": True,
+        "present": True,
         "size": st.st_size,
         "msg": f"rank {rank}: built {dest} ({human(st.st_size)}), sha256 ok",
     }
