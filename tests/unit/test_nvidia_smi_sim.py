@@ -262,6 +262,27 @@ def test_as_unprivileged_user_when_not_root(smi):
 
 
 # ---- compute processes: the engine -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "engine"),
+    [
+        (["tensorfold", "serve", "/w"], True),
+        (["/usr/bin/python3", "/usr/local/bin/tensorfold", "serve", "/w"], True),  # a console script
+        (["python3", "-u", "-m", "tensorfold", "serve"], True),
+        (["/sbin/docker-init", "--", "tensorfold", "serve"], False),
+        (["/usr/bin/earlyoom", "--prefer", "(^|/)(tensorfold)$"], False),
+        (["docker", "run", "img", "tensorfold", "serve"], False),
+        (["sh", "-c", "tensorfold serve"], False),
+        (["python3", "-c", "import tensorfold"], False),
+        ([], False),
+    ],
+)
+def test_what_counts_as_the_engine(argv, engine):
+    sys.path.insert(0, str(SIM.parent))
+    import nvidia_smi
+
+    assert nvidia_smi.runs_engine(argv) is engine
+
+
 def test_engine_processes_are_the_gpu_compute_apps(smi, tmp_path):
     engine = tmp_path / "tensorfold"
     shutil.copy("/bin/sleep", engine)

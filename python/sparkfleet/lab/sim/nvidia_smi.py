@@ -46,7 +46,6 @@ GUARD_MHZ = 15
 LATCHED_SM_MHZ = 855
 VIDEO_MHZ = 1500
 ENGINE_MARK = "tensorfold"
-WRAPPERS = {"docker", "sudo", "sh", "bash", "dash", "timeout", "ssh", "su", "env", "nohup", "setsid"}
 
 # NVML return codes, as nvidia-smi's exit status (nvidia-smi(1) "RETURN VALUE").
 RC_OK = 0
@@ -197,6 +196,23 @@ def _cmdline(proc_root: Path, pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def runs_engine(argv: list[str]) -> bool:
+    """The program itself is the engine: `tensorfold ...`, `python3 /usr/local/bin/tensorfold ...` (a
+    script's shebang), `python3 -m tensorfold ...`. A process that merely names it (a shell, the docker
+    CLI, docker-init, earlyoom's --prefer regex) is not a GPU process."""
+    if not argv:
+        return False
+    program = os.path.basename(argv[0]).lower()
+    if ENGINE_MARK in program:
+        return True
+    if not program.startswith("python"):
+        return False
+    rest = [a for a in argv[1:] if a not in ("-u", "-O", "-OO", "-B", "-E", "-s", "-I")]
+    if rest[:1] == ["-m"]:
+        rest = rest[1:]
+    return bool(rest) and ENGINE_MARK in os.path.basename(rest[0]).lower()
+
+
 def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
     """Processes that run the engine: the GPU's compute processes on a Spark."""
     me = os.getpid()
@@ -205,9 +221,7 @@ def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         argv = _cmdline(proc_root, int(entry.name))
-        if not argv or os.path.basename(argv[0]) in WRAPPERS:
-            continue
-        if any(ENGINE_MARK in arg.lower() for arg in argv):
+        if runs_engine(argv):
             found.append(Process(pid=int(entry.name), name=argv[0]))
     return sorted(found, key=lambda p: p.pid)
 
