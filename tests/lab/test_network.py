@@ -150,8 +150,10 @@ def test_rdma_stand_in_shows_active_ports_with_the_ipv4_roce_v2_gid(lab, node, p
     assert not node(lab.hosts[0]).file("/sys/class/infiniband").exists
 
 
-def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
+def _nccl_facts(play, tmp_path: Path, **extravars) -> tuple[object, Path]:
+    """Run network_links tasks_from facts (read-only) and save each host's facts on the controller."""
     out = tmp_path / "env"
+    out.mkdir()
     pb = tmp_path / "nccl.yml"
     pb.write_text(
         yaml.safe_dump(
@@ -183,8 +185,19 @@ def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
             sort_keys=False,
         )
     )
-    out.mkdir()
-    r = play(str(pb))
+    return play(str(pb), extravars=extravars or None), out
+
+
+def test_without_rdma_devices_the_role_says_so_and_nccl_uses_sockets(lab, play, tmp_path):
+    r, out = _nccl_facts(play, tmp_path, network_links_sysfs_root="/nonexistent-sysfs")
+    assert r.exit_code == 0, r.failures
+    for host in lab.hosts:
+        env = json.loads((out / f"{host}.json").read_text())["env"]
+        assert env == {"NCCL_SOCKET_IFNAME": MGMT, "MASTER_ADDR": lab.mgmt_ip(1), "NCCL_IB_DISABLE": "1"}
+
+
+def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
+    r, out = _nccl_facts(play, tmp_path)
     assert r.exit_code == 0, r.failures
     assert all(s.changed == 0 for h, s in r.hosts.items() if h != "localhost"), changed(r)
     for host in lab.hosts:

@@ -134,6 +134,7 @@ def test_module_runs_as_ansible_runs_it(tmp_path):
     assert proc.returncode == 0, out
     assert out["changed"] is False and out["present"] is True
     assert [d["gid_index"] for d in out["devices"]] == [3, 4]
+    assert "real_hcas" in out and "perftest" in out  # what the bandwidth test's gate reads
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"links": [{"netdev": "x"}]}}))
     proc = subprocess.run(
         [sys.executable, str(MODULE), str(args)], capture_output=True, text=True, check=False
@@ -242,28 +243,42 @@ def test_fabric_peers_give_each_rank_its_addresses_toward_each_peer():
 
 def test_hostvar_map_and_readable_failures():
     assert net.hostvar_map({"a": {"x": 1}, "b": {}}, ["a", "b"], "x") == {"a": 1}
-    msg = net.ping_failure(
+    rails = [
         {
-            "item": {
-                "netdev": "enp1s0f1np1",
-                "cable": "n1p1-n2p1",
-                "rail": 1,
-                "address": "10.12.1.1",
-                "peer_host": "spark2",
-                "peer_netdev": "enp1s0f1np1",
-                "peer_address": "10.12.1.2",
-            },
-            "stdout": (
-                "PING ...\n--- 10.12.1.2 ping statistics ---\n"
-                "3 packets transmitted, 0 received, 100% packet loss"
-            ),
-            "rc": 1,
-        }
+            "netdev": "enp1s0f1np1",
+            "cable": "n1p1-n2p1",
+            "rail": 1,
+            "address": "10.12.1.1",
+            "peer_host": "spark2",
+            "peer_netdev": "enp1s0f1np1",
+            "peer_address": "10.12.1.2",
+        },
+        {
+            "netdev": "enP2p1s0f1np1",
+            "cable": "n1p1-n2p1",
+            "rail": 2,
+            "address": "10.12.2.1",
+            "peer_host": "spark2",
+            "peer_netdev": "enP2p1s0f1np1",
+            "peer_address": "10.12.2.2",
+        },
+    ]
+    ok = (
+        "RAIL enp1s0f1np1 10.12.1.2 rc=0 3 packets transmitted, 3 received, 0% packet loss, time 401ms \n"
+        "RAIL enP2p1s0f1np1 10.12.2.2 rc=0 3 packets transmitted, 3 received, 0% packet loss, time 400ms \n"
     )
-    assert msg == (
+    assert net.ping_failures(ok, rails) == []
+    bad = (
+        "RAIL enP2p1s0f1np1 10.12.2.2 rc=0 3 packets transmitted, 3 received, 0% packet loss \n"
+        "RAIL enp1s0f1np1 10.12.1.2 rc=1 3 packets transmitted, 0 received, 100% packet loss, time 2ms \n"
+    )
+    assert net.ping_failures(bad, rails) == [
         "enp1s0f1np1 (cable n1p1-n2p1 rail 1, 10.12.1.1) -> spark2 enp1s0f1np1 10.12.1.2: "
-        "3 packets transmitted, 0 received, 100% packet loss"
-    )
+        "3 packets transmitted, 0 received, 100% packet loss, time 2ms"
+    ]
+    # a rail without a result line (the shell died) is a failure, not a pass
+    assert len(net.ping_failures(ok.splitlines()[0], rails)) == 1
+    assert net.ping_failures("", rails)[0].endswith("no result")
 
 
 IB_WRITE_BW = """

@@ -63,10 +63,13 @@ def test_any_changed_and_failure_text():
     hv = {"spark1": {"__k": {"changed": False}}, "spark2": {"__a": {"changed": True}}}
     assert ssh.any_changed(hv, ["spark1", "spark2"], ["__k", "__a"]) is True
     assert ssh.any_changed(hv, ["spark1"], ["__k", "__a"]) is False
-    assert (
-        ssh.ssh_failure(
-            {"item": ["spark2", "10.12.1.2"], "stderr": "x\nHost key verification failed.\n", "rc": 255}
-        )
-        == "spark2 at 10.12.1.2: Host key verification failed."
+    expected = [["spark2", "10.12.1.2"], ["spark2", "192.168.1.12"], ["spark2", "spark2"]]
+    out = (
+        "SSH spark2 10.12.1.2 rc=255 Host key verification failed.\n"
+        "SSH spark2 192.168.1.12 rc=0 \n"
+        "SSH spark2 spark2 rc=0 \n"
     )
-    assert ssh.ssh_failure({"item": "spark2", "stderr": "", "rc": 255}) == "spark2 (by name): exit 255"
+    assert ssh.ssh_failures(out, expected) == ["spark2 at 10.12.1.2: Host key verification failed."]
+    assert ssh.ssh_failures(out.replace("rc=255", "rc=0"), expected) == []
+    assert ssh.ssh_failures(out.replace("rc=255", "rc=0").splitlines(), expected) == []  # stdout_lines
+    assert ssh.ssh_failures("", expected[2:]) == ["spark2 (by name, ~/.ssh/config): no result"]

@@ -97,18 +97,25 @@ def hostvar_map(hostvars: Mapping, hosts: list[str], name: str) -> dict[str, Any
     return out
 
 
-def ping_failure(result: Mapping[str, Any]) -> str:
-    """One failed ping of the link check (a loop result) as a sentence."""
-    item = result.get("item", {})
-    lines = [
-        ln
-        for ln in (str(result.get("stdout", "")) + "\n" + str(result.get("stderr", ""))).splitlines()
-        if ln.strip()
-    ]
-    summary = next((ln for ln in lines if "packet loss" in ln or "ping:" in ln), lines[-1] if lines else "")
-    mine = f"{item.get('netdev')} (cable {item.get('cable')} rail {item.get('rail')}, {item.get('address')})"
-    peer = f"{item.get('peer_host')} {item.get('peer_netdev')} {item.get('peer_address')}"
-    return f"{mine} -> {peer}: {summary.strip() or 'no answer'}"
+def ping_failures(stdout: str, rails: list[Mapping[str, Any]]) -> list[str]:
+    """Failed rails of the link check. `stdout` has one line per rail:
+    "RAIL <netdev> <peer address> rc=<rc> <ping summary>"; a rail without a line failed too."""
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
+    for line in str(stdout or "").splitlines():
+        m = re.match(r"^RAIL (\S+) (\S+) rc=(\d+)\s*(.*)$", line.strip())
+        if m:
+            seen[(m.group(1), m.group(2))] = (int(m.group(3)), m.group(4).strip())
+    out = []
+    for rail in rails:
+        rc, summary = seen.get((str(rail["netdev"]), str(rail["peer_address"])), (None, "no result"))
+        if rc == 0:
+            continue
+        mine = (
+            f"{rail.get('netdev')} (cable {rail.get('cable')} rail {rail.get('rail')}, {rail.get('address')})"
+        )
+        peer = f"{rail.get('peer_host')} {rail.get('peer_netdev')} {rail.get('peer_address')}"
+        out.append(f"{mine} -> {peer}: {summary or 'no answer'}")
+    return out
 
 
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M)
@@ -147,6 +154,6 @@ class FilterModule:
             "sparkfleet_fabric_peers": fabric_peers,
             "sparkfleet_uniform_gid_index": uniform_gid_index,
             "sparkfleet_hostvar_map": hostvar_map,
-            "sparkfleet_ping_failure": ping_failure,
+            "sparkfleet_ping_failures": ping_failures,
             "sparkfleet_bw_lines": bw_lines,
         }

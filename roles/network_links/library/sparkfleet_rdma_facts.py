@@ -30,6 +30,10 @@ options:
     description: The HCA port to read.
     type: int
     default: 1
+  real_sysfs_root:
+    description: The kernel's sysfs, where real RDMA devices (that can carry traffic) are listed.
+    type: path
+    default: /sys
 author: sparkfleet
 """
 
@@ -50,6 +54,15 @@ problems:
 gid_indexes:
   description: The distinct GID indexes found, sorted.
   type: list
+  returned: always
+real_hcas:
+  description: >-
+    RDMA devices under O(real_sysfs_root)/class/infiniband (empty in the lab, whose tree is a stand-in).
+  type: list
+  returned: always
+perftest:
+  description: Path of ib_write_bw (perftest), or null when it is not installed.
+  type: str
   returned: always
 """
 
@@ -196,6 +209,7 @@ def main() -> None:
             "links": {"type": "list", "elements": "dict", "required": True},
             "min_rate_gbps": {"type": "int", "default": 200},
             "port": {"type": "int", "default": 1},
+            "real_sysfs_root": {"type": "path", "default": "/sys"},
         },
         supports_check_mode=True,
     )
@@ -205,6 +219,8 @@ def main() -> None:
         if missing:
             module.fail_json(msg=f"links entry {link!r} lacks {', '.join(missing)}")
     result = inspect(p["sysfs_root"], p["links"], p["min_rate_gbps"], p["port"])
+    result["real_hcas"] = list_hcas(p["real_sysfs_root"])
+    result["perftest"] = module.get_bin_path("ib_write_bw")
     module.exit_json(changed=False, **result)
 
 

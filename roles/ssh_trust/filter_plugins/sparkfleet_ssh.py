@@ -3,6 +3,7 @@ failures. Pure Python, unit-tested."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,11 +52,24 @@ def any_changed(hostvars: Mapping, hosts: list[str], names: list[str]) -> bool:
     return False
 
 
-def ssh_failure(result: Mapping[str, Any]) -> str:
-    item = result.get("item")
-    where = f"{item[0]} at {item[1]}" if isinstance(item, list | tuple) else f"{item} (by name)"
-    err = [ln for ln in str(result.get("stderr", "")).splitlines() if ln.strip()]
-    return f"{where}: {err[-1].strip() if err else 'exit ' + str(result.get('rc'))}"
+def ssh_failures(stdout: str | list[str], expected: list[list[str]]) -> list[str]:
+    """Failed reachability checks. `stdout` has one line per target:
+    "SSH <worker> <target> rc=<rc> <last stderr line>"; `expected` lists [worker, target] pairs
+    (target = the worker's name for the check through the ssh config). A missing line is a failure."""
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
+    lines = stdout if isinstance(stdout, list) else str(stdout or "").splitlines()
+    for line in lines:
+        m = re.match(r"^SSH (\S+) (\S+) rc=(\d+)\s*(.*)$", line.strip())
+        if m:
+            seen[(m.group(1), m.group(2))] = (int(m.group(3)), m.group(4).strip())
+    out = []
+    for worker, target in expected:
+        rc, err = seen.get((str(worker), str(target)), (None, "no result"))
+        if rc == 0:
+            continue
+        where = f"{worker} (by name, ~/.ssh/config)" if target == worker else f"{worker} at {target}"
+        out.append(f"{where}: {err or f'exit {rc}'}")
+    return out
 
 
 class FilterModule:
@@ -65,5 +79,5 @@ class FilterModule:
             "sparkfleet_ssh_targets": ssh_targets,
             "sparkfleet_ssh_sources": ssh_sources,
             "sparkfleet_any_changed": any_changed,
-            "sparkfleet_ssh_failure": ssh_failure,
+            "sparkfleet_ssh_failures": ssh_failures,
         }
