@@ -172,9 +172,9 @@ def cx7_firmware(r: Reader) -> dict[str, str]:
 
 
 def clock_cap(r: Reader, path: str, key: str) -> int | None:
-    match = re.search(rf"^{key}=(\d+)\s*$", r.read(path) or "", re.M) or re.fullmatch(
-        r"\s*(\d+)\s*", r.read(path) or "x"
-    )
+    """A cap from gpu_clocks' state file (KEY=N) or its applied marker (a bare number)."""
+    text = r.read(path) or ""
+    match = re.search(rf"^{key}=(\d+)\s*$", text, re.M) or re.fullmatch(r"\s*(\d+)\s*", text)
     return int(match.group(1)) if match else None
 
 
