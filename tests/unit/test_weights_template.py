@@ -44,6 +44,13 @@ def test_the_fix_turns_thinking_off_by_default_and_on_on_request(tmp_path):
     assert render(fixed, enable_thinking=False, reasoning_effort="high").endswith("</think>")
 
 
+def test_a_patch_without_its_final_newline_still_applies(tmp_path):
+    src = tmp_path / "chat_template.jinja"
+    src.write_text(CHAT_TEMPLATE)
+    out = tmpl.run({"src": str(src), "patch": PATCH.rstrip(), "dest": str(tmp_path / "o.jinja")})
+    assert out["state"] == "applied"
+
+
 def test_second_run_changes_nothing(tmp_path):
     run(tmp_path, CHAT_TEMPLATE)
     assert not run(tmp_path, CHAT_TEMPLATE)["changed"]

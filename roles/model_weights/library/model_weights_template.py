@@ -36,6 +36,8 @@ class PatchError(Exception):
 def parse_patch(text: str) -> list[dict]:  # noqa: PLR0912 - one branch per unified-diff line kind
     hunks: list[dict] = []
     cur = None
+    if text and not text.endswith("\n"):
+        text += "\n"  # a lookup may strip the final newline; the diff's last line still has one
     for line in text.splitlines(keepends=True):
         if line.startswith(("--- ", "+++ ", "diff ", "index ")) and cur is None:
             continue
