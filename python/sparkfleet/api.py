@@ -38,7 +38,7 @@ VERB_HELP: dict[str, str] = {
     "network": "configure the fabric links (addresses, MTU 9000, checks) and SSH trust between nodes",
     "host": "tune the hosts (sysctls, limits, services) and install earlyoom",
     "host-status": "report the host tuning of every node (what is set, what differs); changes nothing",
-    "reboot": "reboot the nodes that need it, when allowed, and wait until they are back",
+    "reboot": "reboot every node of the cluster together when one needs it (--force: always); waits for all",
     "weights": "download the model weights on the head, verify them, distribute them to every node",
     "engine": "build the engine image on the head and ship it to the workers",
     "start": "start the engine ranks in order and wait until the API is ready",
@@ -49,6 +49,8 @@ VERB_HELP: dict[str, str] = {
 }
 
 CLOCKS_CAP_VAR = "gpu_clocks_cap_mhz"
+REBOOT_VAR = "host_tuning_reboot"
+REBOOT_FORCE_VAR = "host_tuning_reboot_force"
 
 
 class RunOptions(TypedDict, total=False):
@@ -116,9 +118,12 @@ class Cluster:
         """Report host tuning; changes nothing."""
         return self.verb("host-status", **options)
 
-    def reboot(self, **options: Unpack[RunOptions]) -> RunResult:
-        """Reboot the nodes that need it, when allowed."""
-        return self.verb("reboot", **options)
+    def reboot(self, force: bool = False, **options: Unpack[RunOptions]) -> RunResult:
+        """Reboot the whole cluster together when a node needs it (or always, with force)."""
+        extra: dict[str, Any] = {REBOOT_VAR: "allowed"}
+        if force:
+            extra[REBOOT_FORCE_VAR] = True
+        return self.verb("reboot", **_with_vars(options, extra))
 
     def weights(self, **options: Unpack[RunOptions]) -> RunResult:
         """Download, verify and distribute the model weights."""

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from sparkfleet import __version__
-from sparkfleet.api import CLOCKS_CAP_VAR, PLAYBOOKS, VERB_HELP
+from sparkfleet.api import CLOCKS_CAP_VAR, PLAYBOOKS, REBOOT_FORCE_VAR, REBOOT_VAR, VERB_HELP
 from sparkfleet.progress import Progress, render_recap
 from sparkfleet.runner import EXIT_ERROR, EXIT_INTERRUPTED, RunnerError, find_project, run_playbook
 
@@ -164,7 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
             help=VERB_HELP[verb],
             description=f"{VERB_HELP[verb]}. Runs {PLAYBOOKS[verb]}.",
         )
-        p.set_defaults(func=_run_verb, playbook=PLAYBOOKS[verb], verb_vars={}, verb_tags=None)
+        verb_vars = {}
+        if verb == "reboot":
+            # Asking for a reboot is the admin's permission to reboot (site.yml only reports
+            # unless host_tuning_reboot is `allowed` in the inventory).
+            verb_vars = {REBOOT_VAR: "allowed"}
+            p.add_argument(
+                "--force",
+                action="store_true",
+                help="reboot every node of the cluster even when none reports a pending change",
+            )
+        p.set_defaults(func=_run_verb, playbook=PLAYBOOKS[verb], verb_vars=verb_vars, verb_tags=None)
 
     clocks = subparsers.add_parser(
         "clocks",
@@ -241,6 +251,8 @@ def _run_verb(args: argparse.Namespace) -> int:
         print(f"sparkfleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
     extravars.update(args.verb_vars)
+    if getattr(args, "force", False):
+        extravars[REBOOT_FORCE_VAR] = True
     if getattr(args, "mhz", None) is not None:
         extravars[CLOCKS_CAP_VAR] = args.mhz
     tags = args.tags

@@ -84,6 +84,12 @@ def test_clocks_subcommands() -> None:
     assert show.verb_tags == "show" and show.verb_vars == {}
 
 
+def test_reboot_is_permission_to_reboot_and_force_is_explicit() -> None:
+    r = parse("reboot", "-i", "inv")
+    assert r.verb_vars == {"host_tuning_reboot": "allowed"} and r.force is False
+    assert parse("reboot", "--force", "-i", "inv").force is True
+
+
 def test_run_takes_a_playbook() -> None:
     args = parse("run", "tests/unit/playbooks/reach.yml", "-i", "x")
     assert args.playbook == "tests/unit/playbooks/reach.yml" and args.verb == "run"

@@ -400,6 +400,10 @@ class Lab:
             "--hostname",
             host,
             *self._labels("node", node=str(n)),
+            # A reboot inside a node ends its systemd (PID 1); Docker starts the container again,
+            # as a real Spark powers back on. `lab down` removes it whatever the policy.
+            "--restart",
+            "unless-stopped",
             # systemd and a nested Docker engine without --privileged (DESIGN.md "The lab")
             "--cap-add",
             "SYS_ADMIN",
@@ -459,11 +463,13 @@ class Lab:
             time.sleep(0.5)
         if state == "running":
             return
-        failed = d.docker("exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False).strip()
+        failed = d.exec_(name, ["systemctl", "--failed", "--no-legend", "--plain"], check=False).strip()
         if state == "degraded":
             self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
             return
-        raise LabError(f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed}")
+        raise LabError(
+            f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed!r}"
+        )
 
     def host_key(self, host: str) -> str:
         return d.exec_(self.container(host), ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).split()[1]
