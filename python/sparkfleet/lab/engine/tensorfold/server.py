@@ -9,9 +9,11 @@ never logged.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import threading
 import time
@@ -46,11 +48,13 @@ class CacheDir:
         self.index_file = path / "prefix-index.txt"
         if not path.is_dir():
             raise RuntimeError(f"{kind} directory {path} does not exist (is it mounted?)")
-        state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
-        state = {"kind": kind, "size_gib": size_gib, "starts": int(state.get("starts", 0)) + 1}
-        tmp = self.state_file.with_suffix(".partial")
-        tmp.write_text(json.dumps(state) + "\n")
-        tmp.replace(self.state_file)
+        with (path / ".lock").open("a") as lock:  # ranks sharing a directory (tests) count every start
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+            state = {"kind": kind, "size_gib": size_gib, "starts": int(state.get("starts", 0)) + 1}
+            tmp = self.state_file.with_suffix(f".{os.getpid()}.partial")
+            tmp.write_text(json.dumps(state) + "\n")
+            tmp.replace(self.state_file)
         self.starts = state["starts"]
         self.known: set[str] = set()
         if self.index_file.exists():
