@@ -45,6 +45,18 @@ def test_up_makes_two_nodes_one_cable_two_rails_and_a_hub(lab):
         assert attached == [lab.container("spark1"), lab.container("spark2")]
 
 
+def test_a_rail_carries_jumbo_frames_between_plan_addresses(lab):
+    # Addresses outside Docker's placeholder subnet, as the addressing plan assigns them.
+    for host, addr in (("spark1", "10.12.1.1/24"), ("spark2", "10.12.1.2/24")):
+        lab.exec(host, "ip", "addr", "add", addr, "dev", "enp1s0f1np1")
+    try:
+        out = lab.exec("spark1", "ping", "-c", "2", "-W", "2", "-M", "do", "-s", "8972", "10.12.1.2")
+        assert " 0% packet loss" in out
+    finally:
+        for host, addr in (("spark1", "10.12.1.1/24"), ("spark2", "10.12.1.2/24")):
+            lab.exec(host, "ip", "addr", "del", addr, "dev", "enp1s0f1np1", check=False)
+
+
 def test_second_up_changes_nothing(lab):
     before = _ids(lab)
     inventory = (lab.inventory_dir / "hosts.yml").read_text()
@@ -89,6 +101,8 @@ def test_down_removes_everything_it_made_and_nothing_else():
         assert d.ls("network", label) == []
         assert d.ls("volume", label) == []
         assert not lab.state_dir.exists()
+        rules = subprocess.run(["iptables", "-S", "DOCKER-USER"], capture_output=True, text=True).stdout
+        assert lab.prefix not in rules
         assert d.inspect("network", bystander) is not None
     finally:
         d.docker("network", "rm", bystander)

@@ -204,6 +204,52 @@ class Lab:
                     role="rail",
                     cable=rail.cable,
                 )
+        self._ensure_fabric_forwarding()
+
+    # Docker drops traffic on an --internal network whose addresses are not the network's own
+    # subnet (its isolation rules see bridged frames through br_netfilter). The fabric carries the
+    # addressing plan's subnets (10.12.1.0/24, ...), not Docker's placeholders, so the lab lets
+    # each rail bridge forward to itself, in DOCKER-USER (evaluated first), tagged with the lab's
+    # name so `down` removes exactly these rules. Nothing is routed between bridges.
+    def _rail_bridges(self) -> list[str]:
+        out = []
+        for rail in topology.rails(self.project_dir, self.topology):
+            info = d.inspect("network", self.rail_network(rail))
+            if info:
+                name = (info.get("Options") or {}).get("com.docker.network.bridge.name")
+                out.append(name or f"br-{info['Id'][:12]}")
+        return out
+
+    def _fabric_rule(self, bridge: str) -> list[str]:
+        return [
+            "DOCKER-USER",
+            "-i",
+            bridge,
+            "-o",
+            bridge,
+            "-m",
+            "comment",
+            "--comment",
+            self.prefix,
+            "-j",
+            "ACCEPT",
+        ]
+
+    def _ensure_fabric_forwarding(self) -> None:
+        if shutil.which("iptables") is None or not _iptables("-n", "-L", "DOCKER-USER"):
+            return  # no Docker firewall chain: nothing drops the fabric's traffic
+        for bridge in self._rail_bridges():
+            if not _iptables("-C", *self._fabric_rule(bridge)):
+                _iptables("-I", *self._fabric_rule(bridge), check=True)
+
+    def _remove_fabric_forwarding(self) -> None:
+        if shutil.which("iptables") is None:
+            return
+        proc = subprocess.run(["iptables", "-S", "DOCKER-USER"], capture_output=True, text=True, check=False)
+        for line in proc.stdout.splitlines():
+            if f"--comment {self.prefix} " in line or f'--comment "{self.prefix}" ' in line:
+                rule = line.split()[1:]  # drop "-A"
+                _iptables("-D", *[part.strip('"') for part in rule])
 
     def _create_network(self, name: str, subnet: str, mtu: int, role: str, **labels: str) -> None:
         d.docker(
@@ -649,6 +695,7 @@ class Lab:
     # ---- down ----------------------------------------------------------------------------
     def down(self) -> None:
         label = f"{LABEL}={self.name}"
+        self._remove_fabric_forwarding()
         for name in d.ls("container", label):
             self.say(f"removing container {name}")
             d.docker("rm", "-f", "-v", name)
@@ -663,6 +710,13 @@ class Lab:
             # The hub's data was written by root inside the container; the controller may not be root.
             shutil.rmtree(self.state_dir)
         self.state = {}
+
+
+def _iptables(*args: str, check: bool = False) -> bool:
+    proc = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"iptables {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.returncode == 0
 
 
 def port_open(host: str, port: int, timeout: float = 2.0) -> bool:
