@@ -70,7 +70,14 @@ def _k_bool(v: Any, row: Mapping) -> str | None:
 def _k_int(v: Any, row: Mapping) -> str | None:
     n = _as_int(v)
     lo, hi = row.get("min"), row.get("max")
-    rng = f" between {lo} and {hi}" if lo is not None and hi is not None else ""
+    if lo is not None and hi is not None:
+        rng = f" between {lo} and {hi}"
+    elif lo is not None:
+        rng = f" >= {lo}"
+    elif hi is not None:
+        rng = f" <= {hi}"
+    else:
+        rng = ""
     if n is None or (lo is not None and n < lo) or (hi is not None and n > hi):
         return f"a whole number{rng}"
     return None
@@ -187,9 +194,12 @@ def table_problems(values: Mapping[str, Mapping[str, Any]], table: list[Mapping]
             problems.append(f"preflight table row {dict(row)!r}: it needs var: <variable name>")
             continue
         seen: dict[str, list[str]] = {}
+        cond = row.get("only_if") or {}
         for host, hv in values.items():
             if name not in hv:
                 continue
+            if cond and hv.get(cond.get("var")) != cond.get("equals"):
+                continue  # e.g. the 64K kernel version matters only on the 64K profile
             msg = check_value(name, hv[name], row)
             if msg:
                 seen.setdefault(msg, []).append(host)
@@ -443,6 +453,7 @@ def _collect(hostvars: Mapping, groups: Mapping, table: list[Mapping]) -> dict[s
         "sparkfleet_lab",
     }
     names |= {row["var"] for row in table if isinstance(row.get("var"), str)}
+    names |= {row["only_if"]["var"] for row in table if isinstance(row.get("only_if"), Mapping)}
     out: dict[str, dict[str, Any]] = {}
     for h in groups.get("cluster", []):
         hv = hostvars[h]
