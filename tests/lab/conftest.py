@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import testinfra
-
 from sparkfleet.lab.core import Lab
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from sparkfleet.lab import topology
 
 
@@ -46,7 +45,8 @@ def test_gpu_simulator_answers_like_nvidia_smi(lab, node):
     for host in lab.hosts:
         out = node(host).check_output("nvidia-smi -L")
         assert out.startswith("GPU 0: NVIDIA GB10 (UUID: GPU-"), out
-        csv = node(host).check_output("nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader,nounits")
+        query = "nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader,nounits"
+        csv = node(host).check_output(query)
         name, max_sm = (part.strip() for part in csv.split(","))
         assert name == "NVIDIA GB10"
         assert int(max_sm) > 1000
