@@ -314,28 +314,14 @@ class Lab:
         pins: dict = {}
         for sub in ("hf", "wheels", "git", "registry"):
             (hub / sub).mkdir(parents=True, exist_ok=True)
-        # TODO(integration): these become hard imports once the weights and engine stand-ins land.
-        try:
-            from sparkfleet.lab.hub import models, wheels
-        except ImportError as exc:
-            self.say(f"model stand-in not available yet ({exc}); weights pins keep the inventory's values")
-        else:
-            pins.update(
-                models.generate(hub, self.topology, int(os.environ.get("SPARKFLEET_LAB_MODEL_MB", "48")))
-            )
-            wheels.prepare(hub)
-        try:
-            from sparkfleet.lab import engine
+        from sparkfleet.lab import engine
+        from sparkfleet.lab.hub import models, wheels
 
-            make_repo = engine.make_repo
-        except (ImportError, AttributeError) as exc:
-            self.say(f"engine stand-in not available yet ({exc}); engine pin keeps the inventory's value")
-        else:
-            eng = make_repo(hub / "git")
-            pins["engine"] = {
-                "repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}",
-                "commit": eng["commit"],
-            }
+        size_mb = int(os.environ.get("SPARKFLEET_LAB_MODEL_MB", "48"))
+        pins.update(models.generate(hub, self.topology, size_mb))
+        wheels.prepare(hub)
+        eng = engine.make_repo(hub / "git")
+        pins["engine"] = {"repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}", "commit": eng["commit"]}
         return pins
 
     def _ensure_hub(self, images: image.Images) -> None:

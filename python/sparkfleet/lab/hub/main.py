@@ -38,15 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--git-port", type=int, default=9418)
     args = ap.parse_args(argv)
 
-    try:
-        from sparkfleet.lab.hub.hfserver import build_server
-    except ImportError:  # TODO(integration): remove once hfserver lands
-        import functools
-        import http.server
-
-        def build_server(data_dir, host, port):
-            handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(data_dir))
-            return http.server.ThreadingHTTPServer((host, port), handler)
+    from sparkfleet.lab.hub.hfserver import build_server
 
     (args.data / "registry").mkdir(parents=True, exist_ok=True)
     cfg = Path("/tmp/registry.yml")
