@@ -111,3 +111,19 @@ def test_down_removes_everything_it_made_and_nothing_else():
         assert d.inspect("network", bystander) is not None
     finally:
         d.docker("network", "rm", bystander)
+
+
+def _sparkfleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sparkfleet", *args], capture_output=True, text=True, check=False)
+
+
+def test_down_and_status_of_a_lab_never_created_need_no_topology():
+    """Molecule's first step is destroy: on a clean machine the lab does not exist yet."""
+    down = _sparkfleet("lab", "down", "--name", "never-made-1")
+    assert down.returncode == 0, down.stderr
+    assert "removing" not in down.stderr
+    status = _sparkfleet("lab", "status", "--name", "never-made-1")
+    assert status.returncode == 0 and "not created" in status.stdout
+    up = _sparkfleet("lab", "up", "--name", "never-made-1", "--no-converge")
+    assert up.returncode == 2 and "--topology tp2|tp3" in up.stderr
+    assert not Lab(name="never-made-1", require_topology=False).state_dir.exists()

@@ -43,7 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     from sparkfleet.lab.core import Lab, LabError
 
     try:
-        lab = Lab(name=args.name, topology_name=args.topology)
+        # Only `up` needs the topology of a lab never created: down and status work by name (labels).
+        lab = Lab(name=args.name, topology_name=args.topology, require_topology=args.lab_cmd == "up")
         if args.lab_cmd == "up":
             return lab.up(converge=not args.no_converge, verify=not args.no_verify)
         if args.lab_cmd == "down":

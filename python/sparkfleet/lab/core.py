@@ -72,6 +72,7 @@ class Lab:
         topology_name: str | None = None,
         project_dir: Path | None = None,
         say: Callable[[str], None] = _say,
+        require_topology: bool = True,
     ) -> None:
         self.project_dir = (project_dir or default_project_dir()).resolve()
         self.name = name or topology_name or "tp3"
@@ -80,7 +81,7 @@ class Lab:
         saved = self._load_state(self.name)
         known = saved.get("topology")
         self.topology = topology_name or known or (self.name if self.name in topology.NODE_COUNT else "")
-        if self.topology not in topology.NODE_COUNT:
+        if self.topology not in topology.NODE_COUNT and (require_topology or saved):
             raise LabError(f"lab {self.name!r}: say which topology with --topology tp2|tp3")
         if known and known != self.topology:
             raise LabError(
@@ -118,6 +119,8 @@ class Lab:
 
     @property
     def hosts(self) -> list[str]:
+        if self.topology not in topology.NODE_COUNT:
+            return []  # a lab never created under a name that is not a topology: no nodes
         return [f"spark{n}" for n in range(1, topology.NODE_COUNT[self.topology] + 1)]
 
     def container(self, host: str) -> str:
