@@ -1,6 +1,7 @@
 """Engine benchmarks on a TP3 lab of their own (created, then removed).
 
 - site.yml: the no-op re-run against the first converge (target: a no-op in seconds);
+- site.yml no-op: SPARKFLEET_STRATEGY=mitogen against ansible's linear strategy;
 - start.yml: a no-op start (nothing changed: no restart) against a cold ordered start after a stop
   (workers first, rank 0 last, readiness wait).
 Both sides run back to back in this run, on this machine, against the same lab.
@@ -17,7 +18,8 @@ from sparkfleet.lab.core import Lab
 LAB_NAME = os.environ.get("SPARKFLEET_BENCH_ENGINE_LAB", "bench-eng3")
 
 
-def _timed(lab: Lab, playbook: str) -> float:
+def _timed(lab: Lab, playbook: str, strategy: str = "linear") -> float:
+    os.environ["SPARKFLEET_STRATEGY"] = strategy
     start = time.monotonic()
     result = runner.run_playbook(
         lab.project_dir / playbook, [str(p) for p in lab.inventories], project_dir=lab.project_dir, quiet=True
@@ -47,10 +49,12 @@ def run() -> list[dict]:
         lab.up(converge=False)
         first = _timed(lab, "site.yml")
         noop = _timed(lab, "site.yml")
+        noop_mitogen = _timed(lab, "site.yml", strategy="mitogen")
         _timed(lab, "playbooks/stop.yml")
         cold = _timed(lab, "playbooks/start.yml")
         warm = _timed(lab, "playbooks/start.yml")
     finally:
+        os.environ.pop("SPARKFLEET_STRATEGY", None)
         if not keep:
             lab.down()
     return [
@@ -60,6 +64,13 @@ def run() -> list[dict]:
             noop,
             f"lab {LAB_NAME} (3 nodes, stand-in engine), wall time of site.yml through sparkfleet's runner: "
             "the first converge, then the same run again with nothing to change",
+        ),
+        _row(
+            "site.yml TP3 no-op: mitogen vs linear strategy",
+            noop,
+            noop_mitogen,
+            "the no-op re-run above (ansible's linear strategy, one Python per task and node), then the same "
+            "no-op with SPARKFLEET_STRATEGY=mitogen (one persistent Python per node)",
         ),
         _row(
             "start.yml TP3: no-op vs cold ordered start",

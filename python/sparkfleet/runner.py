@@ -613,7 +613,30 @@ def runner_env(project: Path) -> dict[str, str]:
     # ansible-runner turns host key checking off unless told otherwise; keep ansible.cfg's choice.
     if "ANSIBLE_HOST_KEY_CHECKING" not in os.environ:
         env["ANSIBLE_HOST_KEY_CHECKING"] = _cfg_host_key_checking(cfg)
+    env.update(strategy_env(os.environ.get("SPARKFLEET_STRATEGY", "")))
     return env
+
+
+STRATEGIES = ("linear", "mitogen")
+
+
+def strategy_env(name: str) -> dict[str, str]:
+    """SPARKFLEET_STRATEGY: `linear` (the default, ansible's own) or `mitogen` (opt-in: mitogen's
+    linear strategy, one persistent Python per node instead of one per task; README, "Speed")."""
+    if name in ("", "linear"):
+        return {}
+    if name != "mitogen":
+        choices = ", ".join(STRATEGIES)
+        raise RunnerError(f"SPARKFLEET_STRATEGY={name!r}: use one of {choices} (or leave it unset)")
+    try:
+        import ansible_mitogen
+    except ImportError as exc:
+        raise RunnerError(
+            "SPARKFLEET_STRATEGY=mitogen needs the mitogen package: `make venv` installs it from "
+            "requirements/lock.txt, or unset SPARKFLEET_STRATEGY"
+        ) from exc
+    plugins = Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 def _fanout(handlers: list[tuple[Callable[[dict], None] | None, str]]) -> Callable[[dict], bool]:

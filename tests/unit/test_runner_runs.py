@@ -16,6 +16,7 @@ from sparkfleet.runner import (
     RunnerError,
     prune_runs,
     run_playbook,
+    strategy_env,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,3 +252,25 @@ def test_prune_never_removes_newer_runs(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
     prune_runs(tmp_path, tmp_path / names[2], keep=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == names[2:]
+
+
+def test_mitogen_strategy_converges_and_linear_then_finds_nothing_to_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPARKFLEET_STRATEGY=mitogen (opt-in) really runs the modules: linear finds the work done."""
+    plugins = Path(strategy_env("mitogen")["ANSIBLE_STRATEGY_PLUGINS"])
+    assert (plugins / "mitogen_linear.py").is_file()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("SPARKFLEET_STRATEGY", "mitogen")
+    first = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
+    monkeypatch.setenv("SPARKFLEET_STRATEGY", "linear")
+    second = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
+    assert first.exit_code == EXIT_OK and first.hosts["local1"].changed == 1
+    assert second.exit_code == EXIT_OK and second.hosts["local1"].changed == 0
+
+
+def test_unknown_strategy_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKFLEET_STRATEGY", "turbo")
+    with pytest.raises(RunnerError, match=r"SPARKFLEET_STRATEGY='turbo': use one of linear, mitogen"):
+        run("basic.yml")
