@@ -238,22 +238,6 @@ def test_shortfall_counts_what_the_cache_already_holds():
     assert cache_mod.shortfall(10, used=0, free=2 * gib) == 8 * gib
 
 
-# ---- unit files -------------------------------------------------------------------------------
-
-
-def test_files_module_plans_only_what_differs(tmp_path):
-    import sparkfleet_engine_files as files_mod
-
-    path = tmp_path / "a.env"
-    entry = {"path": str(path), "content": "A=1\n", "mode": "0644"}
-    todo = files_mod.plan([entry])
-    assert len(todo) == 1 and todo[0]["diff"]["after"] == "A=1\n"
-    if os.getuid() == 0:
-        files_mod.write_atomic(str(path), "A=1\n", 0o644)
-        assert files_mod.plan([entry]) == []
-        assert files_mod.plan([{**entry, "content": "A=2\n"}])[0]["diff"]["before"] == "A=1\n"
-
-
 # ---- node state helpers -----------------------------------------------------------------------
 
 

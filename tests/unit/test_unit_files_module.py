@@ -1,0 +1,120 @@
+"""library/sparkfleet_unit_files.py run the way Ansible runs it (JSON in, JSON out), with a recording
+`systemctl` first on PATH: what is written, when systemd is reloaded, what is enabled, check mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "library" / "sparkfleet_unit_files.py"
+sys.path.insert(0, str(MODULE.parent))
+
+import sparkfleet_unit_files as mod  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the module writes files owned by root")
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+echo "$*" >> "$SYSTEMCTL_LOG"
+case "$1" in
+  show) for u in "$@"; do
+          case "$u" in *.service) echo "NeedDaemonReload=$(cat "$RELOAD_STATE")";; esac
+        done ;;
+  is-enabled) if grep -qx "$3" "$ENABLED"; then echo enabled; else echo disabled; exit 1; fi ;;
+  daemon-reload) echo no > "$RELOAD_STATE" ;;
+  enable) echo "$3" >> "$ENABLED" ;;
+esac
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> dict:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bindir / "systemctl").chmod(0o755)
+    (tmp_path / "reload").write_text("no\n")
+    (tmp_path / "enabled").write_text("")
+    return {
+        "root": tmp_path,
+        "env": {
+            **os.environ,
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "SYSTEMCTL_LOG": str(tmp_path / "calls"),
+            "RELOAD_STATE": str(tmp_path / "reload"),
+            "ENABLED": str(tmp_path / "enabled"),
+        },
+    }
+
+
+def run(node: dict, args: dict, check_mode: bool = False) -> dict:
+    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode, "_ansible_diff": True}}
+    proc = subprocess.run(
+        [sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
+        check=False, env=node["env"],
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def calls(node: dict) -> list[str]:
+    log = node["root"] / "calls"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_writes_then_changes_nothing_and_enables_once(node: dict) -> None:
+    unit = node["root"] / "etc-systemd" / "x.service"  # not under /etc/systemd: reload comes from systemd
+    helper = node["root"] / "libexec" / "x-helper"
+    args = {
+        "files": [
+            {"path": str(unit), "content": "[Service]\n", "mode": "0644"},
+            {"path": str(helper), "content": "#!/bin/sh\n", "mode": "0755"},
+        ],
+        "units": ["x.service"],
+        "enable": ["x.service"],
+    }
+    dry = run(node, args, check_mode=True)
+    assert dry["changed"] and dry["changed_files"] == [str(unit), str(helper)]
+    assert dry["enabled"] == ["x.service"]
+    assert not unit.exists() and not any(c.startswith(("enable", "daemon-reload")) for c in calls(node))
+    first = run(node, args)
+    assert first["changed"] and unit.read_text() == "[Service]\n"
+    assert helper.stat().st_mode & 0o7777 == 0o755 and first["enabled"] == ["x.service"]
+    assert first["diff"][1]["after"] == "#!/bin/sh\n"
+    second = run(node, args)
+    assert not second["changed"] and second["changed_files"] == [] and second["enabled"] == []
+    assert calls(node).count("enable -- x.service") == 1
+
+
+def test_a_pending_reload_of_an_interrupted_run_is_done(node: dict) -> None:
+    path = node["root"] / "d" / "50-oom.conf"
+    args = {"files": [{"path": str(path), "content": "[Service]\nOOMScoreAdjust=-900\n", "mode": "0644"}],
+            "units": ["ssh.service"]}  # fmt: skip
+    assert run(node, args)["changed"]
+    (node["root"] / "reload").write_text("yes\n")  # the file was written, then the run was cut off
+    again = run(node, args)
+    assert again["changed"] and again["reloaded"] and again["changed_files"] == []
+    assert "daemon-reload" in calls(node)
+    assert not run(node, args)["changed"]
+
+
+def test_a_changed_mode_is_a_change(node: dict) -> None:
+    path = node["root"] / "f"
+    args = {"files": [{"path": str(path), "content": "a\n", "mode": "0644"}]}
+    run(node, args)
+    path.chmod(0o600)
+    assert run(node, args)["changed"] and path.stat().st_mode & 0o7777 == 0o644
+
+
+def test_bad_entries_fail_naming_them(node: dict) -> None:
+    out = run(node, {"files": [{"path": "relative/x", "content": "", "mode": "0644"}, {"path": "/abs"}]})
+    assert out["failed"] and "'relative/x'" in out["msg"] and "'/abs'" in out["msg"]
+
+
+def test_pending_reload_parser() -> None:
+    assert mod.pending_reload("NeedDaemonReload=no\nNeedDaemonReload=yes\n")
+    assert not mod.pending_reload("NeedDaemonReload=no\n\nNeedDaemonReload=no\n")
