@@ -1,10 +1,11 @@
-"""library/sparkfleet_unit_files.py run the way Ansible runs it (JSON in, JSON out), with a recording
+"""library/sparkfleet_files.py run the way Ansible runs it (JSON in, JSON out), with a recording
 `systemctl` first on PATH: what is written, when systemd is reloaded, what is enabled, check mode."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "library" / "sparkfleet_unit_files.py"
+MODULE = ROOT / "library" / "sparkfleet_files.py"
 sys.path.insert(0, str(MODULE.parent))
 
-import sparkfleet_unit_files as mod  # noqa: E402
+import sparkfleet_files as mod  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the module writes files owned by root")
 
@@ -118,3 +119,28 @@ def test_bad_entries_fail_naming_them(node: dict) -> None:
 def test_pending_reload_parser() -> None:
     assert mod.pending_reload("NeedDaemonReload=no\nNeedDaemonReload=yes\n")
     assert not mod.pending_reload("NeedDaemonReload=no\n\nNeedDaemonReload=no\n")
+
+
+def test_directories_are_made_with_parents_then_corrected_then_left_alone(node: dict) -> None:
+    top = node["root"] / "w" / "models"
+    deep = top / "snap" / "abc"
+    dirs = [{"path": str(top), "mode": "0755", "owner": "nobody"}, {"path": str(deep), "mode": "0750"}]
+    args = {"dirs": dirs}
+    dry = run(node, args, check_mode=True)
+    assert dry["changed"] and dry["changed_dirs"] == [str(top), str(deep)] and not top.exists()
+    assert run(node, args)["changed"]
+    assert top.stat().st_uid == pwd.getpwnam("nobody").pw_uid and top.stat().st_mode & 0o7777 == 0o755
+    assert (top / "snap").stat().st_mode & 0o7777 == 0o750 and deep.stat().st_uid == 0  # parents as asked
+    assert not run(node, args)["changed"]
+    os.chown(top, 0, 0)
+    fixed = run(node, args)
+    assert fixed["changed_dirs"] == [str(top)] and top.stat().st_uid == pwd.getpwnam("nobody").pw_uid
+
+
+def test_a_file_where_a_directory_should_be_fails(node: dict) -> None:
+    path = node["root"] / "plain"
+    path.write_text("x")
+    out = run(node, {"dirs": [{"path": str(path), "mode": "0755"}]})
+    assert out["failed"] and "is not a directory" in out["msg"]
+    out = run(node, {"dirs": [{"path": str(node["root"] / "d"), "mode": "0755", "owner": "no-such-user-x"}]})
+    assert out["failed"] and "no-such-user-x" in out["msg"]

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-# sparkfleet: a role's unit files, drop-ins and helpers in one round trip (stdlib only; runs on the node
-# as root). Shared by gpu_clocks, earlyoom and engine_service (ansible.cfg: library = ./library).
+# sparkfleet: a role's directories, unit files, drop-ins and helpers in one round trip (stdlib only; runs
+# on the node as root). Shared by several roles (ansible.cfg: library = ./library).
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: sparkfleet_unit_files
-short_description: Write files owned by root in one step; reload systemd when it needs it; enable units
+module: sparkfleet_files
+short_description: Directories and root-owned files in one step; reload systemd when it needs it; enable units
 description:
+  - Creates each of O(dirs) that is missing (with missing parents, which get the same owner and mode) and
+    corrects the owner and mode of those that exist, before any file is written.
   - Writes each file only when its content, mode or owner differ (atomically, with a diff), creating
     missing parent directories 0755.
   - Reloads systemd when a written file lies under /etc/systemd, or when one of O(units) reports
@@ -15,10 +17,16 @@ description:
   - One module call instead of a file/copy/template/command/systemd task each keeps a no-op run fast.
   - Check mode and diff are supported. None of these files may hold secrets (they are shown in diffs).
 options:
+  dirs:
+    type: list
+    elements: dict
+    default: []
+    description: "Entries with an absolute path, mode (octal string) and optional owner and group (names;
+      default: root for a new directory, unchanged for an existing one)."
   files:
     type: list
     elements: dict
-    required: true
+    default: []
     description: "Entries with an absolute path, content and mode (octal string); owned by root:root."
   units:
     type: list
@@ -33,12 +41,15 @@ options:
 """
 
 RETURN = r"""
+changed_dirs: {description: the directories created or corrected (or to be), type: list, returned: always}
 changed_files: {description: the paths written (or to be, in check mode), type: list, returned: always}
 reloaded: {description: systemd was (or, in check mode, would be) reloaded, type: bool, returned: always}
 enabled: {description: the units enabled (or to be) in this run, type: list, returned: always}
 """
 
+import grp
 import os
+import pwd
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -82,25 +93,68 @@ def plan(files: list[dict]) -> list[dict]:
     return todo
 
 
+def ids(entry: dict) -> tuple[int, int]:
+    """(uid, gid) an entry asks for; -1 leaves that id as it is (os.chown's convention)."""
+    uid = pwd.getpwnam(entry["owner"]).pw_uid if entry.get("owner") else -1
+    gid = grp.getgrnam(entry["group"]).gr_gid if entry.get("group") else -1
+    return uid, gid
+
+
+def plan_dirs(dirs: list[dict]) -> list[dict]:
+    """The directories that are missing or have another mode or owner, each with its diff."""
+    todo = []
+    for entry in dirs:
+        path, mode = str(entry["path"]), int(str(entry["mode"]), 8)
+        uid, gid = ids(entry)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            before = "absent"
+        else:
+            if not os.path.isdir(path):
+                raise ValueError(f"{path} exists and is not a directory")
+            if st.st_mode & 0o7777 == mode and uid in (-1, st.st_uid) and gid in (-1, st.st_gid):
+                continue
+            before = f"directory mode {st.st_mode & 0o7777:04o} owner {st.st_uid}:{st.st_gid}"
+        owner, group = entry.get("owner") or "(as is)", entry.get("group") or "(as is)"
+        after = f"directory mode {mode:04o} owner {owner}:{group}"
+        diff = {"before_header": path, "after_header": path, "before": before + "\n", "after": after + "\n"}
+        todo.append({"path": path, "mode": mode, "uid": uid, "gid": gid, "diff": diff})
+    return todo
+
+
+def make_dir(path: str, mode: int, uid: int, gid: int) -> None:
+    missing = []
+    head = path
+    while not os.path.exists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    for d in reversed(missing):
+        os.mkdir(d)
+        os.chmod(d, mode)  # not mkdir's mode argument: the umask would cut it
+        os.chown(d, uid, gid)
+    os.chmod(path, mode)
+    os.chown(path, uid, gid)
+
+
 def pending_reload(show_output: str) -> bool:
     """`systemctl show -p NeedDaemonReload UNIT...` prints one line per unit."""
     return any(line.strip() == "NeedDaemonReload=yes" for line in show_output.splitlines())
 
 
-def bad_entries(files: list[dict]) -> list[str]:
+def bad_entries(files: list[dict], keys: frozenset = frozenset({"path", "content", "mode"})) -> list[str]:
     return [
         repr(entry.get("path"))
         for entry in files
-        if not {"path", "content", "mode"} <= set(entry)
-        or not os.path.isabs(str(entry["path"]))
-        or not str(entry["mode"]).isdigit()
+        if not keys <= set(entry) or not os.path.isabs(str(entry["path"])) or not str(entry["mode"]).isdigit()
     ]
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "files": {"type": "list", "elements": "dict", "required": True},
+            "dirs": {"type": "list", "elements": "dict", "default": []},
+            "files": {"type": "list", "elements": "dict", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "enable": {"type": "list", "elements": "str", "default": []},
         },
@@ -110,6 +164,13 @@ def main() -> None:
     bad = bad_entries(p["files"])
     if bad:
         module.fail_json(msg=f"each file needs an absolute path, content and an octal mode: {', '.join(bad)}")
+    bad = bad_entries(p["dirs"], frozenset({"path", "mode"}))
+    if bad:
+        module.fail_json(msg=f"each directory needs an absolute path and an octal mode: {', '.join(bad)}")
+    try:
+        dirs = plan_dirs(p["dirs"])
+    except (KeyError, ValueError) as exc:  # KeyError: no such user or group
+        module.fail_json(msg=f"directories: {exc}")
     todo = plan(p["files"])
     systemctl = module.get_bin_path("systemctl", required=True)
     reload = any(t["path"].startswith("/etc/systemd/") for t in todo)
@@ -124,6 +185,8 @@ def main() -> None:
         if state.strip() != "enabled":
             to_enable.append(unit)
     if not module.check_mode:
+        for t in dirs:
+            make_dir(t["path"], t["mode"], t["uid"], t["gid"])
         for t in todo:
             write_atomic(t["path"], t["content"], t["mode"])
         if reload:
@@ -131,11 +194,12 @@ def main() -> None:
         for unit in to_enable:
             module.run_command([systemctl, "enable", "--", unit], check_rc=True)
     module.exit_json(
-        changed=bool(todo) or reload or bool(to_enable),
+        changed=bool(dirs) or bool(todo) or reload or bool(to_enable),
+        changed_dirs=[t["path"] for t in dirs],
         changed_files=[t["path"] for t in todo],
         reloaded=reload,
         enabled=to_enable,
-        diff=[t["diff"] for t in todo],
+        diff=[t["diff"] for t in dirs + todo],
     )
 
 
