@@ -42,8 +42,8 @@ lab-status: venv
 
 lint: venv
 	$(BIN)/yamllint -s .
-	$(BIN)/ruff check python tests roles library molecule bench
-	$(BIN)/ruff format --check python tests roles library molecule bench
+	$(BIN)/ruff check python tests roles library plugins molecule bench
+	$(BIN)/ruff format --check python tests roles library plugins molecule bench
 	$(BIN)/ansible-lint
 
 unit: venv

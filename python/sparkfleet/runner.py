@@ -621,22 +621,24 @@ STRATEGIES = ("linear", "mitogen")
 
 
 def strategy_env(name: str) -> dict[str, str]:
-    """SPARKFLEET_STRATEGY: `linear` (the default, ansible's own) or `mitogen` (opt-in: mitogen's
-    linear strategy, one persistent Python per node instead of one per task; README, "Speed")."""
-    if name in ("", "linear"):
+    """SPARKFLEET_STRATEGY: unset = ansible.cfg's `sparkfleet` strategy (mitogen when installed, else
+    linear); `mitogen` = the same, but refuse to run without mitogen; `linear` = ansible's own, one
+    Python per task and node (README, "Speed")."""
+    if name == "":
         return {}
+    if name == "linear":
+        return {"ANSIBLE_STRATEGY": "linear"}
     if name != "mitogen":
         choices = ", ".join(STRATEGIES)
         raise RunnerError(f"SPARKFLEET_STRATEGY={name!r}: use one of {choices} (or leave it unset)")
     try:
-        import ansible_mitogen
+        import ansible_mitogen  # noqa: F401 - only whether it is there
     except ImportError as exc:
         raise RunnerError(
             "SPARKFLEET_STRATEGY=mitogen needs the mitogen package: `make venv` installs it from "
             "requirements/lock.txt, or unset SPARKFLEET_STRATEGY"
         ) from exc
-    plugins = Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+    return {"ANSIBLE_STRATEGY": "sparkfleet"}
 
 
 def _fanout(handlers: list[tuple[Callable[[dict], None] | None, str]]) -> Callable[[dict], bool]:

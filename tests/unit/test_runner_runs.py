@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -254,17 +255,25 @@ def test_prune_never_removes_newer_runs(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == names[2:]
 
 
-def test_mitogen_strategy_converges_and_linear_then_finds_nothing_to_change(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_default_strategy_is_mitogen_when_installed() -> None:
+    spec = importlib.util.spec_from_file_location("strategy_plugin", REPO / "plugins/strategy/sparkfleet.py")
+    strategy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy)
+
+    assert strategy.StrategyModule.__module__ == "ansible_mitogen.plugins.strategy.mitogen_linear"
+    assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"} and strategy_env("") == {}
+
+
+@pytest.mark.parametrize("strategy", ["mitogen", "linear"])
+def test_both_strategies_converge_and_the_other_then_finds_nothing_to_change(
+    strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SPARKFLEET_STRATEGY=mitogen (opt-in) really runs the modules: linear finds the work done."""
-    plugins = Path(strategy_env("mitogen")["ANSIBLE_STRATEGY_PLUGINS"])
-    assert (plugins / "mitogen_linear.py").is_file()
+    """Each strategy really runs the modules: a run with the other one finds the work done."""
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.setenv("SPARKFLEET_STRATEGY", "mitogen")
+    monkeypatch.setenv("SPARKFLEET_STRATEGY", strategy)
     first = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
-    monkeypatch.setenv("SPARKFLEET_STRATEGY", "linear")
+    monkeypatch.setenv("SPARKFLEET_STRATEGY", "linear" if strategy == "mitogen" else "mitogen")
     second = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
     assert first.exit_code == EXIT_OK and first.hosts["local1"].changed == 1
     assert second.exit_code == EXIT_OK and second.hosts["local1"].changed == 0

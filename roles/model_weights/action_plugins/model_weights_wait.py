@@ -31,6 +31,11 @@ class ActionModule(ActionBase):
             result.update(skipped=True, msg="the task was skipped")
             return result
         results_file = job.get("results_file")
+        if not results_file and job.get("ansible_job_id"):
+            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
+            # where ansible's own would be: async_dir/JOB_ID on the node.
+            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
+            results_file = f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
         if not results_file:
             result.update(
                 failed=True, msg="job: pass the registered result of a task run with async and poll: 0"
