@@ -375,6 +375,38 @@ def _ansible_children() -> list[int]:
     return found
 
 
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, start time) of every live process (Linux /proc; empty elsewhere)."""
+    table: dict[int, tuple[int, int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            if fields[0] != b"Z":
+                table[int(entry)] = (int(fields[1]), int(fields[19]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """pid -> start time of every live process below `root`."""
+    table = _proc_table()
+    below: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - below
+        below |= frontier
+    return {pid: table[pid][1] for pid in below}
+
+
 class Interrupt:
     """First Ctrl-C: ask ansible to stop (SIGINT to its process group). Second, or after a grace
     period: tell ansible-runner to cancel, which kills the group."""
@@ -385,6 +417,7 @@ class Interrupt:
         self.count = 0
         self.first_at: float | None = None
         self.forwarded = False
+        self.tree: dict[int, int] = {}  # what ran below ansible at the first Ctrl-C: pid -> start time
         self._saved: dict[int, Any] = {}
 
     @property
@@ -413,6 +446,17 @@ class Interrupt:
                     else:
                         os.kill(pid, signal.SIGINT)
                     self.forwarded = True
+                    self.tree.update(_descendants(pid))
+
+    def reap(self) -> list[int]:
+        """After ansible ended: stop what it left running below it (the same pids, not reused ones).
+        mitogen's task processes ignore SIGINT (inherited from its workers) and outlive ansible."""
+        table = _proc_table()
+        left = [pid for pid, start in self.tree.items() if pid in table and table[pid][1] == start]
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        return left
 
     def cancel(self) -> bool:
         """ansible-runner's cancel_callback: called about once a second while ansible runs."""
@@ -758,6 +802,7 @@ def run_playbook(
             )
     finally:
         interrupt.restore()
+        interrupt.reap()
         if display is not None:
             display.close()
         scrub_command_file(artifacts, secrets)

@@ -10,7 +10,9 @@ Fixtures:
   play(pb, ...)    run a playbook against the lab through sparkfleet's runner -> RunResult
 Markers:
   @pytest.mark.topology("tp3")    skip unless the lab has that topology
-  @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session
+  @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session;
+                                  SPARKFLEET_LAB_FAULT_TESTS=0 skips them (the tp2 scenario: the tp3
+                                  one runs them, and CI stays short)
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)
 
 
+@pytest.fixture(autouse=True)
+def _fault_gate(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("destructive") and os.environ.get("SPARKFLEET_LAB_FAULT_TESTS") == "0":
+        pytest.skip("fault test: SPARKFLEET_LAB_FAULT_TESTS=0 here (the tp3 scenario runs the fault tests)")
+
+
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     name = os.environ.get("SPARKFLEET_LAB")
     if not name:
         pytest.skip("SPARKFLEET_LAB is not set: these tests need a running lab (see tests/lab/conftest.py)")
-    lab = Lab(name=name)
+    lab = Lab(name=name, require_topology=False)
     if not lab.state or not lab.ssh_config.exists():
         pytest.skip(f"lab {name!r} does not exist (sparkfleet lab up --name {name})")
     return lab
