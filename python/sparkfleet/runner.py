@@ -354,24 +354,12 @@ def _ansible_children() -> list[int]:
     """Our ansible-playbook child processes (Linux /proc; empty elsewhere)."""
     me = os.getpid()
     found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
+    for pid, (ppid, _start) in _proc_table().items():
+        if ppid != me:
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-            if ppid != me:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if b"ansible-playbook" in fh.read():
-                    found.append(int(entry))
-        except (OSError, ValueError):
-            continue
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+            if b"ansible-playbook" in fh.read():
+                found.append(pid)
     return found
 
 
