@@ -125,14 +125,31 @@ def test_frames_over_the_mtu_are_refused_not_fragmented(lab, node, plan):
 
 
 def test_nothing_off_the_cable_answers(lab, node, plan):
+    """From every rail, no address of the third node (nor an unused one) answers: each cable is a
+    point-to-point link. The probes of one node run side by side (each waits out its 2 s deadline);
+    the peer on the cable is probed the same way and must answer, so a probe that cannot work fails."""
     everyone = {h: [r["address"] for r in items] for h, items in plan["interfaces"].items()}
+    probes: dict[str, list[tuple[str, str, str]]] = {}
+    peers: dict[str, list[tuple[str, str]]] = {}
     for host, rail in rails(plan):
         others = [a for h, addrs in everyone.items() if h not in (host, rail["peer_host"]) for a in addrs]
         net = rail["subnet"].rsplit(".", 1)[0]
         unused = f"{net}.9"  # no Spark has node number 9 in the lab
-        for target in [*others, unused]:
-            r = node(host).run(f"ping -n -q -c 2 -i 0.2 -w 2 -I {rail['netdev']} {target}")
-            assert r.rc != 0, f"{host} {rail['netdev']} (cable {rail['cable']}) answered by {target}"
+        probes.setdefault(host, []).extend((rail["netdev"], rail["cable"], t) for t in [*others, unused])
+        peers.setdefault(host, []).append((rail["netdev"], rail["peer_address"]))
+    for host, items in probes.items():
+        pairs = [(dev, target) for dev, _, target in items] + peers[host]
+        script = " ".join(
+            f"(ping -n -q -c 2 -i 0.2 -w 2 -I {dev} {target} >/dev/null 2>&1; echo {dev} {target} $?) &"
+            for dev, target in pairs
+        )
+        out = node(host).check_output(f"sh -c '{script} wait'")
+        rcs = {(dev, target): rc for dev, target, rc in (line.split() for line in out.splitlines())}
+        assert len(rcs) == len(pairs), out  # every probe reported
+        for dev, peer in peers[host]:
+            assert rcs[(dev, peer)] == "0", f"{host} {dev}: the peer {peer} did not answer the same probe"
+        for dev, cable, target in items:
+            assert rcs[(dev, target)] != "0", f"{host} {dev} (cable {cable}) answered by {target}"
 
 
 def test_rdma_stand_in_shows_active_ports_with_the_ipv4_roce_v2_gid(lab, node, plan):
