@@ -13,12 +13,18 @@ Markers:
   @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session;
                                   SPARKFLEET_LAB_FAULT_TESTS=0 skips them (the tp2 scenario: the tp3
                                   one runs them, and CI stays short)
+  @pytest.mark.any_topology       runs playbooks whose outcome cannot depend on TP2 vs TP3 (host
+                                  tuning, clocks); SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 skips them
+                                  (the tp2 scenario, like the fault tests)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +35,7 @@ from sparkfleet.lab.core import Lab
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "topology(name): run only on a lab of that topology")
     config.addinivalue_line("markers", "destructive: disturbs the cluster; ordered last")
+    config.addinivalue_line("markers", "any_topology: the same on TP2 and TP3; one scenario runs it")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,6 +47,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _fault_gate(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("destructive") and os.environ.get("SPARKFLEET_LAB_FAULT_TESTS") == "0":
         pytest.skip("fault test: SPARKFLEET_LAB_FAULT_TESTS=0 here (the tp3 scenario runs the fault tests)")
+    if (
+        request.node.get_closest_marker("any_topology")
+        and os.environ.get("SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS") == "0"
+    ):
+        pytest.skip(
+            "the same on every topology: SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 here (the tp3 scenario runs it)"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -64,15 +78,46 @@ def _topology_gate(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def node(lab: Lab) -> Callable[[str], testinfra.host.Host]:
+def node(lab: Lab) -> Iterator[Callable[[str], testinfra.host.Host]]:
+    # One SSH connection per node, shared by every command (testinfra asks for ControlMaster but
+    # sets no ControlPath, so without this each command pays a full handshake). A short socket
+    # directory: unix socket paths are limited to ~100 bytes. ServerAlive ends a master whose node
+    # was restarted under it, so the next command opens a fresh one instead of hanging.
+    sockets = Path(tempfile.mkdtemp(prefix="sf-ssh-"))
+    extra = (
+        f"-o ControlMaster=auto -o ControlPath={sockets}/%C -o ControlPersist=120"
+        " -o ServerAliveInterval=2 -o ServerAliveCountMax=3"
+    )
     cache: dict[str, testinfra.host.Host] = {}
+
+    def close(host: str) -> None:
+        subprocess.run(
+            ["ssh", "-F", str(lab.ssh_config), "-o", f"ControlPath={sockets}/%C", "-O", "exit", host],
+            capture_output=True,
+            check=False,
+        )
 
     def get(host: str) -> testinfra.host.Host:
         if host not in cache:
-            cache[host] = testinfra.get_host(f"ssh://{host}", ssh_config=str(lab.ssh_config))
+            h = testinfra.get_host(f"ssh://{host}", ssh_config=str(lab.ssh_config), ssh_extra_args=extra)
+            first = h.backend.run_ssh
+
+            def run_ssh(command: str, first=first, host=host) -> object:
+                # ssh's own failure (255): most likely a master whose node restarted; once more, fresh
+                try:
+                    return first(command)
+                except RuntimeError:
+                    close(host)
+                    return first(command)
+
+            h.backend.run_ssh = run_ssh
+            cache[host] = h
         return cache[host]
 
-    return get
+    yield get
+    for host in cache:
+        close(host)
+    shutil.rmtree(sockets, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
