@@ -23,7 +23,8 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DEBUG_ACTIONS = {"debug", "ansible.builtin.debug", "ansible.legacy.debug"}
 GENERIC_MSGS = ("non-zero return code", "MODULE FAILURE", "One or more items failed", "All items completed")
 # Without a TTY a repeating progress note (a polling task) is printed at most this often per host.
-NOTE_EVERY_S = 5.0
+NOTE_EVERY_S = 5.0  # plain (non-TTY) progress lines per host, during a task's first minute
+NOTE_EVERY_LONG_S = 30.0  # and after it: a 30-minute build is ~60 lines, not 360
 DEBUG_MAX_LINES = 40
 CENSORED_MSG = "output hidden (no_log: true)"
 
@@ -322,7 +323,8 @@ class Progress:
         key = (self.task_uuid, host)
         now = self.clock()
         last = self._note_printed.get(key)
-        if force or last is None or (note != last[1] and now - last[0] >= NOTE_EVERY_S):
+        every = NOTE_EVERY_S if now - self.task_started < 60 else NOTE_EVERY_LONG_S
+        if force or last is None or (note != last[1] and now - last[0] >= every):
             self._note_printed[key] = (now, note)
             self.emit(f"  {host}: {note}")
 

@@ -133,6 +133,19 @@ def test_plain_notes_are_throttled_per_host() -> None:
     assert notes == ["  spark1: weights: 1/4 GiB (attempt 1/9)", "  spark1: weights: 4/4 GiB (attempt 4/9)"]
 
 
+def test_plain_notes_of_a_long_task_thin_out_after_a_minute() -> None:
+    out = io.StringIO()
+    clock = FakeClock()
+    progress = Progress(out, tty=False, clock=clock)
+    progress({"event": "playbook_on_task_start", "event_data": {"name": "Build", "uuid": "t1"}})
+    for _ in range(36):  # an async poll every 5 s for 3 minutes
+        clock.now += 5
+        progress({"event": "runner_on_async_poll", "event_data": {"host": "spark1", "res": {}}})
+    notes = [line for line in out.getvalue().splitlines() if "still running" in line]
+    # every poll during the first minute, then one per 30 s
+    assert len(notes) == 11 + 4, notes
+
+
 def test_diff_shown_only_with_diff(diff_run) -> None:
     events, _ = diff_run
     assert any(e["event"] == "runner_on_file_diff" for e in events)
