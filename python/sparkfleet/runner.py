@@ -11,6 +11,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -649,6 +650,20 @@ def runner_env(project: Path) -> dict[str, str]:
     return env
 
 
+def fact_cache_env(inventories: list[Path]) -> dict[str, str]:
+    """One fact cache per set of inventories. ansible.cfg's jsonfile cache is keyed by host name
+    only: two clusters whose hosts are both called spark1 (two labs, or tp2 and tp3 fleets run
+    from one controller) would read each other's facts. An ANSIBLE_CACHE_PLUGIN_CONNECTION of the
+    caller's own is kept."""
+    if os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        return {}
+    key = hashlib.sha256("\n".join(str(Path(i).resolve()) for i in inventories).encode()).hexdigest()[:16]
+    base = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparkfleet" / "facts-by-inventory"
+    )
+    return {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(base / key)}
+
+
 STRATEGIES = ("linear", "mitogen")
 
 
@@ -737,7 +752,7 @@ def run_playbook(
     artifacts = private / "artifacts"
 
     public_vars, secret_vars = split_secrets(extravars)
-    envvars = runner_env(project)
+    envvars = {**runner_env(project), **fact_cache_env(invs)}
     secrets = secret_values(secret_vars, {**os.environ, **envvars})
     display = None if quiet else _progress.Progress(sys.stdout, verbosity=verbosity, show_diff=diff)
     collector = Collector()

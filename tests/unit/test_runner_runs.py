@@ -15,6 +15,7 @@ from sparkfleet.runner import (
     EXIT_UNREACHABLE,
     REDACTED,
     RunnerError,
+    fact_cache_env,
     prune_runs,
     run_playbook,
     strategy_env,
@@ -78,9 +79,20 @@ def test_ok_changed_skipped_and_layered_inventories(tmp_path: Path, runs_dir: Pa
     assert [p.name for p in (result.artifacts_dir.parent / "env").iterdir()] == ["settings"]
     command = json.loads((result.artifacts_dir / "command").read_text())
     assert command["env"]["ANSIBLE_CONFIG"] == str(REPO / "ansible.cfg")
-    # ansible.cfg's fact cache and host key checking are not overridden by ansible-runner.
-    assert "ANSIBLE_CACHE_PLUGIN_CONNECTION" not in command["env"]
+    # ansible-runner does not move the fact cache into the run's artifacts: one cache per inventory
+    # set (host names repeat across clusters), and host key checking stays ansible.cfg's.
+    cache = command["env"]["ANSIBLE_CACHE_PLUGIN_CONNECTION"]
+    assert "/sparkfleet/facts-by-inventory/" in cache and str(result.artifacts_dir) not in cache
     assert command["env"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+
+
+def test_each_inventory_set_has_its_own_fact_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", raising=False)
+    a = fact_cache_env([tmp_path / "tp2", tmp_path / "lab-a"])
+    b = fact_cache_env([tmp_path / "tp2", tmp_path / "lab-b"])
+    assert a != b and a == fact_cache_env([tmp_path / "tp2", tmp_path / "lab-a"])
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "mine"))
+    assert fact_cache_env([tmp_path / "tp2"]) == {}  # the caller's own choice is kept
 
 
 def test_second_run_changes_nothing(tmp_path: Path) -> None:

@@ -694,6 +694,13 @@ class Lab:
         for name in d.ls("volume", label):
             self.say(f"removing volume {name}")
             d.docker("volume", "rm", "-f", name)
+        if self.state.get("topology"):
+            from sparkfleet import runner
+
+            facts = runner.fact_cache_env(self.inventories).get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
+            if facts and Path(facts).is_dir():
+                self.say(f"removing {facts} (the facts Ansible cached of this lab's nodes)")
+                shutil.rmtree(facts)
         if self.state_dir.exists():
             self.say(f"removing {self.state_dir} (keys, inventory, hub data)")
             # The hub's data was written by root inside the container; the controller may not be root.
