@@ -11,7 +11,7 @@ TOPOLOGY ?= tp3
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: help host venv lab lab-down lab-status lint unit labctl molecule test bench lock clean
+.PHONY: help host venv lab lab-down lab-status lint unit checks images labctl molecule test bench lock clean
 
 help:
 	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
@@ -47,7 +47,15 @@ lint: venv
 	$(BIN)/ansible-lint
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 tests/unit
+
+# lint then unit tests, one after the other: CPU work, run beside the image build (downloads, unpacking)
+checks: venv
+	$(MAKE) --no-print-directory -j1 lint unit
+
+# The lab's node and engine-base images (debootstrap + docker import), if missing
+images: host venv
+	$(BIN)/sparkfleet lab images
 
 molecule: host venv
 	scripts/run-molecule.sh
@@ -55,7 +63,10 @@ molecule: host venv
 labctl: host venv
 	$(BIN)/pytest -q tests/labctl
 
-test: host venv lint unit labctl molecule
+# `checks` and `images` side by side (-O: each one's output in one piece), then the lab tests
+test: host venv
+	$(MAKE) --no-print-directory -j2 -O checks images
+	$(MAKE) --no-print-directory labctl molecule
 
 bench: host venv
 	$(PY) -m bench

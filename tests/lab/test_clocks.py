@@ -74,6 +74,7 @@ def test_the_inventory_cap_is_in_effect(lab):
 
 
 @pytest.mark.destructive
+@pytest.mark.any_topology
 def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
     engines = {h: containers(lab, h) for h in lab.hosts}
     try:
@@ -109,6 +110,7 @@ def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
 
 
 @pytest.mark.destructive
+@pytest.mark.any_topology
 def test_show_flags_a_latched_gpu(lab, play):
     host = lab.hosts[-1]
     subprocess.run(

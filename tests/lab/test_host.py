@@ -101,6 +101,7 @@ def test_earlyoom_runs_with_the_spec_arguments(lab, node):
             assert "OOMScoreAdjust=-900" in h.check_output(f"systemctl cat {unit}.service")
 
 
+@pytest.mark.any_topology
 def test_host_playbook_is_idempotent_and_check_clean(lab, play):
     again = play("playbooks/host.yml")
     assert again.exit_code == 0, again.failures
@@ -110,6 +111,7 @@ def test_host_playbook_is_idempotent_and_check_clean(lab, play):
     assert changed(dry) == dict.fromkeys(lab.hosts, 0)
 
 
+@pytest.mark.any_topology
 def test_container_limits_are_said_not_hidden(lab, play):
     events = Events()
     result = play("playbooks/host.yml", tags="host_tuning", on_event=events)
@@ -124,6 +126,7 @@ def test_container_limits_are_said_not_hidden(lab, play):
     assert all("made and validated only" in r["msg"] for r in swap.values())
 
 
+@pytest.mark.any_topology
 def test_host_status_reports_every_check(lab, play):
     events = Events()
     result = play(
@@ -152,6 +155,7 @@ def test_host_status_reports_every_check(lab, play):
         )  # no ConnectX-7 in a container
 
 
+@pytest.mark.any_topology
 def test_reboot_refuses_part_of_a_cluster(lab, play):
     before = {h: pid1_start(lab, h) for h in lab.hosts}
     result = play("playbooks/reboot.yml", limit=lab.hosts[-1], extravars={"host_tuning_reboot_force": True})
@@ -171,6 +175,7 @@ def _make_dummy_unit(lab, host: str, name: str) -> None:
 
 
 @pytest.mark.destructive
+@pytest.mark.any_topology
 def test_present_services_are_disabled_and_masked(lab, play, node):
     host = lab.hosts[-1]
     names = ("cups.service", "nvidia-nvme-interrupt-coalescing.service")

@@ -184,6 +184,19 @@ def test_project_discovery_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_lab_hook_registers_lab_commands() -> None:
     args = parse("lab", "status", "--topology", "tp2")
     assert args.lab_cmd == "status" and callable(args.func)
+    images = parse("lab", "images")
+    assert images.lab_cmd == "images" and images.func is not args.func
+
+
+def test_lab_images_reports_a_failed_build(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from sparkfleet.lab import image
+
+    def broken() -> None:
+        raise RuntimeError("debootstrap failed (exit 1); log /tmp/x.log")
+
+    monkeypatch.setattr(image, "ensure_images", broken)
+    assert cli.main(["lab", "images"]) == 2
+    assert "sparkfleet lab images: debootstrap failed (exit 1); log /tmp/x.log" in capsys.readouterr().err
 
 
 def test_lab_hook_tolerates_a_missing_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "and runs verify against it."
         ),
     )
-    sub = lab.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status}")
+    sub = lab.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status,images}")
     for cmd, text in (
         ("up", "create (or resume) the lab and provision it with site.yml; idempotent"),
         ("down", "remove the lab's containers, networks, volumes, keys and state; nothing else"),
@@ -37,6 +37,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if cmd == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=_run)
+    text = (
+        "build the lab's node and engine-base images (debootstrap + docker import, offline from the "
+        "Debian mirror) if missing; cached by a content tag. `up` does this too; CI runs it beside the lint"
+    )
+    sub.add_parser("images", help=text, description=text).set_defaults(func=_images)
+
+
+def _images(args: argparse.Namespace) -> int:
+    from sparkfleet.lab import image
+
+    try:
+        images = image.ensure_images()
+    except RuntimeError as exc:  # a failed debootstrap or docker build, with where its log is
+        print(f"sparkfleet lab images: {exc}", file=sys.stderr)
+        return 2
+    print(f"node image: {images.node}\nengine base image: {images.engine_base}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
