@@ -43,17 +43,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)
 
 
+# marker -> (the variable whose "0" skips it, why): the tp2 scenario sets both, the tp3 one neither
+GATES = {
+    "destructive": (
+        "SPARKFLEET_LAB_FAULT_TESTS",
+        "fault test: SPARKFLEET_LAB_FAULT_TESTS=0 here (the tp3 scenario runs the fault tests)",
+    ),
+    "any_topology": (
+        "SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS",
+        "the same on every topology: SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 here (the tp3 scenario runs it)",
+    ),
+}
+
+
 @pytest.fixture(autouse=True)
 def _fault_gate(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("destructive") and os.environ.get("SPARKFLEET_LAB_FAULT_TESTS") == "0":
-        pytest.skip("fault test: SPARKFLEET_LAB_FAULT_TESTS=0 here (the tp3 scenario runs the fault tests)")
-    if (
-        request.node.get_closest_marker("any_topology")
-        and os.environ.get("SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS") == "0"
-    ):
-        pytest.skip(
-            "the same on every topology: SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 here (the tp3 scenario runs it)"
-        )
+    for marker, (variable, why) in GATES.items():
+        if request.node.get_closest_marker(marker) and os.environ.get(variable) == "0":
+            pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
