@@ -63,10 +63,9 @@ molecule: host venv
 labctl: host venv
 	$(BIN)/pytest -q tests/labctl
 
-# `checks` and `images` side by side (-O: each one's output in one piece), then the lab tests
+# images, then labctl and molecule, with `checks` (lint, unit) beside them: scripts/test-all.sh
 test: host venv
-	$(MAKE) --no-print-directory -j2 -O checks images
-	$(MAKE) --no-print-directory labctl molecule
+	scripts/test-all.sh
 
 bench: host venv
 	$(PY) -m bench

@@ -173,13 +173,16 @@ def assert_started_in_order(lab) -> None:
     assert all(times[w] < times[lab.hosts[0]] for w in lab.hosts[1:]), times
 
 
-def recover(lab, play) -> None:
+def recover(lab, play, verify: bool = False) -> None:
+    """start.yml brings the cluster back in order and status says healthy; verify.yml (real requests)
+    only where asked: the last fault test, so the next module starts from a verified cluster."""
     result = run(play, "playbooks/start.yml")
     assert result.exit_code == 0, failure_text(result)
     assert_started_in_order(lab)
     status = engine_status(run(play, "playbooks/status.yml"))
     assert status["healthy"], status
-    assert run(play, "playbooks/verify.yml").exit_code == 0
+    if verify:
+        assert run(play, "playbooks/verify.yml").exit_code == 0
 
 
 @pytest.mark.destructive
@@ -266,7 +269,7 @@ def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
     assert {r["commit"] for r in status["rows"]} == {new[:12]}
     back = run(play, "playbooks/engine.yml")  # the old pin's image is still there: nothing to build or ship
     assert back.exit_code == 0 and sum(s.changed for s in back.hosts.values()) == 0
-    recover(lab, play)
+    recover(lab, play, verify=True)
 
 
 @pytest.mark.destructive
