@@ -6,6 +6,7 @@ and connects per peer as it does between Sparks; nothing leaves the machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -156,10 +157,17 @@ class LocalCluster:
     def stop(self) -> dict[int, int | None]:
         codes: dict[int, int | None] = {}
         order = [0, *range(1, self.tp)]  # rank 0 first, then the workers
+        head = self.ranks.get(0)
+        # a running rank 0 tells its workers on the way down: give them time to act on it (on a busy
+        # machine that can take a while) before they are sent a signal of their own
+        grace = 10.0 if head is not None and head.proc.poll() is None else 0.0
         for rank in order:
             r = self.ranks.get(rank)
             if r is None:
                 continue
+            if rank and grace and r.proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    r.proc.wait(timeout=grace)
             if r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGTERM)
                 try:
