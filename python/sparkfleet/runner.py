@@ -428,14 +428,18 @@ class Interrupt:
         self.count += 1
         if self.count == 1:
             self.first_at = time.monotonic()
-            for pid in _ansible_children():
+            children = _ansible_children()
+            # What runs below ansible, read before it is signalled: once a worker dies of the SIGINT its
+            # task processes are re-parented (to init) and would no longer be found below ansible.
+            for pid in children:
+                self.tree.update(_descendants(pid))
+            for pid in children:
                 with contextlib.suppress(OSError):
                     if os.getpgid(pid) == pid:
                         os.killpg(pid, signal.SIGINT)
                     else:
                         os.kill(pid, signal.SIGINT)
                     self.forwarded = True
-                    self.tree.update(_descendants(pid))
 
     def reap(self) -> list[int]:
         """After ansible ended: stop what it left running below it (the same pids, not reused ones).
