@@ -49,7 +49,7 @@ lint: venv
 unit: venv
 	$(BIN)/pytest -q -n 2 tests/unit
 
-# lint then unit tests, one after the other: CPU work, run beside the image build (downloads, unpacking)
+# lint then unit tests, one after the other: CPU work; `make test` runs them beside the lab side
 checks: venv
 	$(MAKE) --no-print-directory -j1 lint unit
 
