@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 LOCK := requirements/lock.txt
-STAMP := $(VENV)/.installed-$(shell sha256sum $(LOCK) python/pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell sha256sum $(LOCK) python/pyproject.toml lab/pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
 TOPOLOGY ?= tp3
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
@@ -23,10 +23,10 @@ help:
 host:
 	@scripts/ensure-host.sh
 
-$(STAMP): $(LOCK) python/pyproject.toml
+$(STAMP): $(LOCK) python/pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r $(LOCK)
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e python/
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e python/ -e lab/
 	@rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(STAMP)
@@ -42,8 +42,8 @@ lab-status: venv
 
 lint: venv
 	$(BIN)/yamllint -s .
-	$(BIN)/ruff check python tests roles library plugins molecule bench
-	$(BIN)/ruff format --check python tests roles library plugins molecule bench
+	$(BIN)/ruff check python lab tests plugins molecule bench
+	$(BIN)/ruff format --check python lab tests plugins molecule bench
 	$(BIN)/ansible-lint
 
 unit: venv

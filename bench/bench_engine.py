@@ -13,7 +13,7 @@ import os
 import time
 
 from sparkfleet import runner
-from sparkfleet.lab.core import Lab
+from sparkfleet_lab.core import Lab
 
 LAB_NAME = os.environ.get("SPARKFLEET_BENCH_ENGINE_LAB", "bench-eng3")
 

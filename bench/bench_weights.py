@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLE = ROOT / "roles" / "model_weights"
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 
@@ -141,15 +140,18 @@ print(time.perf_counter() - t0)
 HARNESS = r"""
 import importlib.util, json, sys, time
 sys.path.insert(0, "/var/tmp/sparkfleet-bench")
-spec = importlib.util.spec_from_file_location(
-    "ansible.module_utils.sparkfleet_weights", "/var/tmp/sparkfleet-bench/sparkfleet_weights.py")
+UTILS = "ansible_collections.sparkfleet.cluster.plugins.module_utils"
+spec = importlib.util.spec_from_file_location(UTILS + ".weights", "/var/tmp/sparkfleet-bench/weights.py")
 mu = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mu
 import types; sys.modules.setdefault("ansible", types.ModuleType("ansible"))
 sys.modules.setdefault("ansible.module_utils", types.ModuleType("ansible.module_utils"))
+parts = UTILS.split(".")
+for i in range(1, len(parts) + 1):
+    sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
 basic = types.ModuleType("ansible.module_utils.basic"); basic.AnsibleModule = object
 sys.modules["ansible.module_utils.basic"] = basic
 spec.loader.exec_module(mu)
-spec = importlib.util.spec_from_file_location("dist", "/var/tmp/sparkfleet-bench/model_weights_distribute.py")
+spec = importlib.util.spec_from_file_location("dist", "/var/tmp/sparkfleet-bench/weights_distribute.py")
 dist = importlib.util.module_from_spec(spec); spec.loader.exec_module(dist)
 params = json.loads(open(sys.argv[1]).read())
 t0 = time.perf_counter(); out = dist.run(params)
@@ -161,8 +163,8 @@ def bench_distribute(total_mb: int) -> list[dict]:
     name = os.environ.get("SPARKFLEET_LAB")
     if not name:
         return []
-    sys.path.insert(0, str(ROOT / "python"))
-    from sparkfleet.lab.core import Lab
+    sys.path.insert(0, str(ROOT / "lab"))
+    from sparkfleet_lab.core import Lab
 
     lab = Lab(name=name)
     if lab.topology != "tp3" or not lab.state:
@@ -209,8 +211,8 @@ def bench_distribute(total_mb: int) -> list[dict]:
     # candidate: the role's distribution module, run on the head with the same files and links
     lab.exec(head, "mkdir", "-p", "/var/tmp/sparkfleet-bench")
     for f in (
-        ROLE / "module_utils" / "sparkfleet_weights.py",
-        ROLE / "library" / "model_weights_distribute.py",
+        ROOT / "plugins/module_utils/weights.py",
+        ROOT / "plugins/modules/weights_distribute.py",
     ):
         subprocess.run(
             ["docker", "cp", str(f), f"{lab.container(head)}:/var/tmp/sparkfleet-bench/{f.name}"], check=True

@@ -221,15 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_lab(subparsers: argparse._SubParsersAction) -> None:
-    """`sparkfleet lab ...` comes from sparkfleet.lab.cli when that module is there."""
+    """`sparkfleet lab ...` comes from sparkfleet_lab.cli when that module is there."""
     try:
-        spec = importlib.util.find_spec("sparkfleet.lab.cli")
+        spec = importlib.util.find_spec("sparkfleet_lab.cli")
     except (ImportError, ValueError):
         spec = None
     if spec is None:
         return
     try:
-        importlib.import_module("sparkfleet.lab.cli").register(subparsers)
+        importlib.import_module("sparkfleet_lab.cli").register(subparsers)
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}"
         if "lab" in subparsers.choices:
@@ -240,7 +240,7 @@ def _register_lab(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _lab_unavailable(problem: str) -> int:
-    print(f"sparkfleet lab: cannot load sparkfleet.lab.cli ({problem})", file=sys.stderr)
+    print(f"sparkfleet lab: cannot load sparkfleet_lab.cli ({problem})", file=sys.stderr)
     return EXIT_ERROR
 
 

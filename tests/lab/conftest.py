@@ -5,7 +5,7 @@ to molecule-tp2 / molecule-tp3; by hand: `SPARKFLEET_LAB=tp3 pytest tests/lab`).
 of that name these tests are skipped with the reason; molecule's verify step always has one.
 
 Fixtures:
-  lab              sparkfleet.lab.core.Lab of the running lab
+  lab              sparkfleet_lab.core.Lab of the running lab
   node(host)       a testinfra host over SSH (the lab's ssh config), e.g. node("spark1").service("ssh")
   play(pb, ...)    run a playbook against the lab through sparkfleet's runner -> RunResult
 Markers:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from sparkfleet.lab.core import Lab
+from sparkfleet_lab.core import Lab
 
 
 def pytest_configure(config: pytest.Config) -> None:

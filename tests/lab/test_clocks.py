@@ -1,5 +1,5 @@
 """GPU clock caps on a live lab: set, re-run, show, reset, a latched GPU, and the engine left alone.
-The lab's nvidia-smi is the GB10 simulator (python/sparkfleet/lab/sim/nvidia_smi.py)."""
+The lab's nvidia-smi is the GB10 simulator (lab/sparkfleet_lab/sim/nvidia_smi.py)."""
 
 from __future__ import annotations
 

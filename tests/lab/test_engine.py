@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sparkfleet.lab import engine as engine_repo
+from sparkfleet_lab import engine as engine_repo
 
 NAME = "sparkfleet-engine"
 KEYS = "/var/lib/sparkfleet/engine/api/keys"

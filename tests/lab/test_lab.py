@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sparkfleet.lab import topology
+from sparkfleet_lab import topology
 
 
 def _expected_netdevs(lab, node_number: int) -> set[str]:

@@ -36,7 +36,7 @@ def _load(name: str, path: Path):
 @pytest.fixture(scope="module")
 def plan(lab) -> dict:
     """The plan the roles compute, from the lab's own inventory data."""
-    mod = _load("sparkfleet_plan", ROOT / "roles/cluster_plan/filter_plugins/sparkfleet_plan.py")
+    mod = _load("sparkfleet_plan", ROOT / "plugins/filter/plan.py")
     d = yaml.safe_load((ROOT / "roles/cluster_plan/defaults/main.yml").read_text())
     hosts = {
         h: {"node": n, "mgmt_address": lab.mgmt_ip(n), "group": "head" if n == 1 else "workers"}

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sparkfleet.lab import docker as d
-from sparkfleet.lab.core import LABEL, Lab
+from sparkfleet_lab import docker as d
+from sparkfleet_lab.core import LABEL, Lab
 
 NAME = "lifecycle"
 

@@ -189,7 +189,7 @@ def test_lab_hook_registers_lab_commands() -> None:
 
 
 def test_lab_images_reports_a_failed_build(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from sparkfleet.lab import image
+    from sparkfleet_lab import image
 
     def broken() -> None:
         raise RuntimeError("debootstrap failed (exit 1); log /tmp/x.log")
@@ -207,7 +207,7 @@ def test_lab_hook_tolerates_a_missing_module(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_lab_hook_reports_a_broken_module(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    import sparkfleet.lab.cli as labcli
+    import sparkfleet_lab.cli as labcli
 
     def broken(subparsers: object) -> None:
         raise RuntimeError("lab is half written")

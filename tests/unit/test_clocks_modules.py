@@ -16,14 +16,12 @@ import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
 from ansible.plugins.test.core import TestModule as AnsibleTests
+from ansible_collections.sparkfleet.cluster.plugins.modules import cpu_clocks as cpu_mod
+from ansible_collections.sparkfleet.cluster.plugins.modules import gpu_clocks as gpu_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/gpu_clocks"
-SIM = ROOT / "python/sparkfleet/lab/sim/nvidia_smi.py"
-sys.path.insert(0, str(ROLE / "library"))
-
-import sparkfleet_cpu_clocks as cpu_mod  # noqa: E402
-import sparkfleet_gpu_clocks as gpu_mod  # noqa: E402
+SIM = ROOT / "lab/sparkfleet_lab/sim/nvidia_smi.py"
 
 
 class Node:
@@ -65,7 +63,7 @@ class Node:
         argfile = self.root / "args.json"
         argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
         proc = subprocess.run(
-            [sys.executable, str(ROLE / "library" / f"{name}.py"), str(argfile)],
+            [sys.executable, str(ROOT / "plugins/modules" / f"{name}.py"), str(argfile)],
             env=self.env,
             capture_output=True,
             text=True,
@@ -81,7 +79,7 @@ class Node:
         }
         if cap is not None:
             base["cap_mhz"] = cap
-        return self.module("sparkfleet_gpu_clocks", check=check, **{**base, **args})
+        return self.module("gpu_clocks", check=check, **{**base, **args})
 
 
 @pytest.fixture
@@ -222,7 +220,7 @@ def cpu(node: Node, cpufreq: Path, cap: int | None = None, check: bool = False, 
     base = {"cpufreq_root": str(cpufreq), "state_file": str(node.state_dir / "cpu.conf")}
     if cap is not None:
         base["cap_mhz"] = cap
-    return node.module("sparkfleet_cpu_clocks", check=check, **base, **args)
+    return node.module("cpu_clocks", check=check, **base, **args)
 
 
 def test_cpu_cap_limits_only_the_faster_cores_and_is_idempotent(node, tmp_path):

@@ -13,15 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from sparkfleet.lab.engine.local import LocalCluster, make_snapshot
+from ansible_collections.sparkfleet.cluster.plugins.modules import engine_api as api
+from ansible_collections.sparkfleet.cluster.plugins.modules import engine_cache as cache_mod
+from ansible_collections.sparkfleet.cluster.plugins.modules import engine_node as node_mod
+from sparkfleet_lab.engine.local import LocalCluster, make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "roles/engine_service/library"
-sys.path.insert(0, str(LIB))
+LIB = ROOT / "plugins/modules"
 
-import sparkfleet_engine_api as api  # noqa: E402
-import sparkfleet_engine_cache as cache_mod  # noqa: E402
-import sparkfleet_engine_node as node_mod  # noqa: E402
 
 KEY = "sk-modules-0123456789abcdef"
 
@@ -56,7 +55,7 @@ def tp2(tmp_path_factory):
 
 def test_verify_passes_every_check_against_the_standin(tp2):
     cluster, keys = tp2
-    out = run_module("sparkfleet_engine_api", {"action": "verify", "url": cluster.url, "model": "m-1",
+    out = run_module("engine_api", {"action": "verify", "url": cluster.url, "model": "m-1",
                                                "api_key_file": str(keys)})  # fmt: skip
     assert out["failed_checks"] == [], out["table"]
     assert [c["name"] for c in out["checks"]] == ["models", "chat", "stream", "tool", "json_schema"]
@@ -67,10 +66,10 @@ def test_verify_passes_every_check_against_the_standin(tp2):
 
 def test_verify_fails_without_the_key_and_with_another_model(tp2):
     cluster, keys = tp2
-    nokey = run_module("sparkfleet_engine_api", {"action": "verify", "url": cluster.url, "model": "m-1"})
+    nokey = run_module("engine_api", {"action": "verify", "url": cluster.url, "model": "m-1"})
     assert set(nokey["failed_checks"]) == {"models", "chat", "stream", "tool", "json_schema"}
     assert "401" in nokey["checks"][1]["detail"]
-    other = run_module("sparkfleet_engine_api", {"action": "verify", "url": cluster.url, "model": "m-2",
+    other = run_module("engine_api", {"action": "verify", "url": cluster.url, "model": "m-2",
                                                  "api_key_file": str(keys)})  # fmt: skip
     assert "models" in other["failed_checks"] and "chat" in other["failed_checks"]
 
@@ -188,20 +187,20 @@ def test_api_key_is_generated_once_private_and_never_returned(tmp_path):
     creds = tmp_path / "home" / "ds1017" / "api" / "credentials.env"
     args = {"path": str(key_file), "owner": pwd_name(), "group": grp_name(), "credentials_file": str(creds),
             "credentials_owner": pwd_name(), "credentials_group": grp_name()}  # fmt: skip
-    check = run_module("sparkfleet_engine_api_key", args, check_mode=True)
+    check = run_module("engine_api_key", args, check_mode=True)
     assert check["changed"] and not key_file.exists()
-    first = run_module("sparkfleet_engine_api_key", args)
+    first = run_module("engine_api_key", args)
     assert first["changed"] and first["generated"]
     key = next(ln for ln in key_file.read_text().splitlines() if not ln.startswith("#"))
     assert len(key) > 40 and key not in json.dumps(first)
     assert key_file.stat().st_mode & 0o777 == 0o600 and key_file.parent.stat().st_mode & 0o777 == 0o700
     assert creds.read_text().splitlines()[-1] == f"SPARK_API_KEY={key}"
     assert creds.stat().st_mode & 0o777 == 0o600 and creds.parent.stat().st_mode & 0o777 == 0o700
-    again = run_module("sparkfleet_engine_api_key", args)
+    again = run_module("engine_api_key", args)
     assert not again["changed"] and not again["generated"] and again["fingerprint"] == first["fingerprint"]
     assert key in key_file.read_text()  # kept, never replaced
     key_file.chmod(0o644)
-    fixed = run_module("sparkfleet_engine_api_key", args)
+    fixed = run_module("engine_api_key", args)
     assert fixed["changed"] and not fixed["generated"] and key_file.stat().st_mode & 0o777 == 0o600
 
 
@@ -222,13 +221,13 @@ def grp_name() -> str:
 
 def test_cache_dirs_are_made_kept_and_checked_for_space(tmp_path):
     caches = [{"name": "prefix-cache", "path": str(tmp_path / "prefix"), "size_gib": 0.001}]
-    out = run_module("sparkfleet_engine_cache", {"caches": caches, "owner": pwd_name()})
+    out = run_module("engine_cache", {"caches": caches, "owner": pwd_name()})
     assert out["changed"] and (tmp_path / "prefix").is_dir()
     (tmp_path / "prefix" / "entry").write_text("cached")
-    again = run_module("sparkfleet_engine_cache", {"caches": caches, "owner": pwd_name()})
+    again = run_module("engine_cache", {"caches": caches, "owner": pwd_name()})
     assert not again["changed"] and (tmp_path / "prefix" / "entry").exists()
     huge = [{"name": "spill", "path": str(tmp_path / "spill"), "size_gib": 1 << 20}]
-    too_big = run_module("sparkfleet_engine_cache", {"caches": huge, "owner": pwd_name()}, check_mode=True)
+    too_big = run_module("engine_cache", {"caches": huge, "owner": pwd_name()}, check_mode=True)
     assert too_big["failed"] and "GiB short" in too_big["msg"] and not (tmp_path / "spill").exists()
 
 

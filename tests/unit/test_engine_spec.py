@@ -5,16 +5,13 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.cluster.plugins.filter import engine as spec_mod
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles/engine_service/filter_plugins"))
-
-import sparkfleet_engine as spec_mod  # noqa: E402
 
 # The shape role cluster_plan produces (docs/CONTRACTS.md), for a TP3 ring.
 PLAN = {

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from sparkfleet.lab import engine as engine_repo
-from sparkfleet.lab.engine.local import LocalCluster, make_snapshot
-from sparkfleet.lab.engine.tensorfold import model, weights
+from sparkfleet_lab import engine as engine_repo
+from sparkfleet_lab.engine.local import LocalCluster, make_snapshot
+from sparkfleet_lab.engine.tensorfold import model, weights
 
 KEY = "sk-unit-0123456789abcdef"
 PY313 = Path("/root/.pyenv/versions/3.13.0/bin/python3.13")

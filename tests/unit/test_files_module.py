@@ -1,4 +1,4 @@
-"""library/sparkfleet_files.py run the way Ansible runs it (JSON in, JSON out), with a recording
+"""plugins/modules/files.py run the way Ansible runs it (JSON in, JSON out), with a recording
 `systemctl` first on PATH: what is written, when systemd is reloaded, what is enabled, check mode."""
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkfleet.cluster.plugins.modules import files as mod
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "library" / "sparkfleet_files.py"
-sys.path.insert(0, str(MODULE.parent))
+MODULE = ROOT / "plugins/modules/files.py"
 
-import sparkfleet_files as mod  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the module writes files owned by root")
 

@@ -33,7 +33,7 @@ def test_inventories_set_only_known_variables(role):
             values = yaml.safe_load(path.read_text()) or {}
             unknown = [k for k in values if k.startswith(prefix) and k not in defaults]
             assert unknown == [], f"{path}: {unknown} are not variables of role {role}"
-    lab = yaml.safe_load((ROOT / "python/sparkfleet/lab/group_vars/host.yml").read_text())
+    lab = yaml.safe_load((ROOT / "lab/sparkfleet_lab/group_vars/host.yml").read_text())
     assert [k for k in lab if k.startswith(prefix) and k not in defaults] == []
 
 

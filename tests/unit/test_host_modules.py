@@ -15,14 +15,12 @@ import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
 from ansible.plugins.test.core import TestModule as AnsibleTests
+from ansible_collections.sparkfleet.cluster.plugins.modules import grub_entry as grub_mod
+from ansible_collections.sparkfleet.cluster.plugins.modules import host_status as status_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = ROOT / "roles/host_tuning"
 EARLYOOM = ROOT / "roles/earlyoom"
-sys.path.insert(0, str(HOST / "library"))
-
-import sparkfleet_grub_entry as grub_mod  # noqa: E402
-import sparkfleet_host_status as status_mod  # noqa: E402
 
 
 def run_module(
@@ -55,7 +53,7 @@ def proc_sys(tmp_path):
 
 def sysctl(tmp_path, proc_sys, check=False, **args):
     return run_module(
-        HOST / "library/sparkfleet_sysctl.py", tmp_path, check=check, proc_sys=str(proc_sys), **args
+        ROOT / "plugins/modules/sysctl.py", tmp_path, check=check, proc_sys=str(proc_sys), **args
     )
 
 
@@ -94,7 +92,7 @@ def swapfile(tmp_path, check=False, **args):
     if not proc_swaps.exists():
         proc_swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
     return run_module(
-        HOST / "library/sparkfleet_swapfile.py", tmp_path, check=check, proc_swaps=str(proc_swaps), **args
+        ROOT / "plugins/modules/swapfile.py", tmp_path, check=check, proc_swaps=str(proc_swaps), **args
     )
 
 
@@ -135,7 +133,7 @@ def test_swapfile_mode_is_fixed(tmp_path):
 def test_swapfile_active_is_read_from_proc_swaps(tmp_path):
     path = tmp_path / "swap.sparkfleet"
     (tmp_path / "swaps").write_text(f"Filename\tType\tSize\tUsed\tPriority\n{path} file 1024 0 -2\n")
-    from sparkfleet_swapfile import is_active
+    from ansible_collections.sparkfleet.cluster.plugins.modules.swapfile import is_active
 
     assert is_active(str(tmp_path / "swaps"), str(path))
     assert not is_active(str(tmp_path / "swaps"), str(tmp_path / "other"))
@@ -179,14 +177,14 @@ def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
     cfg = tmp_path / "grub.cfg"
     cfg.write_text(GRUB_CFG)
     ok = run_module(
-        HOST / "library/sparkfleet_grub_entry.py",
+        ROOT / "plugins/modules/grub_entry.py",
         tmp_path,
         release="6.11.0-1016-nvidia-64k",
         grub_cfg=str(cfg),
     )
     assert ok["entry"].endswith(">gnulinux-6.11.0-1016-nvidia-64k-advanced-1234")
     bad = run_module(
-        HOST / "library/sparkfleet_grub_entry.py", tmp_path, release="7.0.0-1-nvidia-64k", grub_cfg=str(cfg)
+        ROOT / "plugins/modules/grub_entry.py", tmp_path, release="7.0.0-1-nvidia-64k", grub_cfg=str(cfg)
     )
     assert bad["failed"] and "update-grub" in bad["msg"] and "6.11.0-1016-nvidia-64k" in bad["msg"]
 
@@ -246,7 +244,7 @@ def spark_root(tmp: Path, ready: bool) -> Path:
 
 def status(tmp_path, root, kernel, page_size, container=False):
     return run_module(
-        HOST / "library/sparkfleet_host_status.py",
+        ROOT / "plugins/modules/host_status.py",
         tmp_path,
         expect=EXPECT,
         root=str(root),
@@ -411,7 +409,7 @@ def fake_proc(tmp_path: Path, pids: dict[int, int], cap_sys_resource: bool) -> P
 
 def oom(tmp_path, proc, systemctl, check=False):
     return run_module(
-        EARLYOOM / "library/sparkfleet_oom_score_adj.py",
+        ROOT / "plugins/modules/oom_score_adj.py",
         tmp_path,
         check=check,
         units=["ssh.service", "docker.service", "containerd.service", "gone.service"],

@@ -33,7 +33,7 @@ def test_main_spec_matches_defaults(role):
 
 
 def test_lab_group_vars_only_set_known_variables():
-    lab = yaml.safe_load((ROOT / "python/sparkfleet/lab/group_vars/network.yml").read_text())
+    lab = yaml.safe_load((ROOT / "lab/sparkfleet_lab/group_vars/network.yml").read_text())
     known = set()
     for role in ROLES:
         known |= set(yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text()) or {})

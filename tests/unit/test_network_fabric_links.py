@@ -18,7 +18,7 @@ def _load(name: str, path: Path):
     return mod
 
 
-fl = _load("sparkfleet_fabric_links", ROOT / "roles/network_links/library/sparkfleet_fabric_links.py")
+fl = _load("sparkfleet_fabric_links", ROOT / "plugins/modules/fabric_links.py")
 
 LINKS = [
     {"netdev": "enp1s0f1np1", "address": "10.12.1.1", "prefix": 24},

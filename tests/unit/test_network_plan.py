@@ -21,7 +21,7 @@ def _load(name: str, path: Path):
     return mod
 
 
-plan_mod = _load("sparkfleet_plan", ROOT / "roles/cluster_plan/filter_plugins/sparkfleet_plan.py")
+plan_mod = _load("sparkfleet_plan", ROOT / "plugins/filter/plan.py")
 PORTS = DEFAULTS["cluster_plan_port_netdevs"]
 TEMPLATE = DEFAULTS["cluster_plan_subnet_template"]
 
@@ -260,7 +260,7 @@ def test_default_inputs_have_no_problems():
 
 def test_the_lab_wires_the_same_plan(tmp_path):
     """The lab builds its cables from the same defaults file, so lab rails = plan rails."""
-    from sparkfleet.lab import topology
+    from sparkfleet_lab import topology
 
     for topo in ("tp2", "tp3"):
         p = plan(topo)

@@ -15,7 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sysfs"
-MODULE = ROOT / "roles/network_links/library/sparkfleet_rdma_facts.py"
+MODULE = ROOT / "plugins/modules/rdma_facts.py"
 
 
 def _load(name: str, path: Path):
@@ -27,8 +27,8 @@ def _load(name: str, path: Path):
 
 
 rdma = _load("sparkfleet_rdma_facts", MODULE)
-net = _load("sparkfleet_network", ROOT / "roles/network_links/filter_plugins/sparkfleet_network.py")
-plan_mod = _load("sparkfleet_plan", ROOT / "roles/cluster_plan/filter_plugins/sparkfleet_plan.py")
+net = _load("sparkfleet_network", ROOT / "plugins/filter/network.py")
+plan_mod = _load("sparkfleet_plan", ROOT / "plugins/filter/plan.py")
 DEFAULTS = yaml.safe_load((ROOT / "roles/cluster_plan/defaults/main.yml").read_text())
 
 # spark1 of a TP2 cluster (the fixtures' node)

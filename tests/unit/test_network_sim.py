@@ -1,4 +1,4 @@
-"""The lab's RDMA sysfs stand-in (python/sparkfleet/lab/sim/rdma_sysfs.py): names agree with the
+"""The lab's RDMA sysfs stand-in (lab/sparkfleet_lab/sim/rdma_sysfs.py): names agree with the
 ConnectX-7 table, the tree has the real layout, and the real discovery module reads it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM = ROOT / "python/sparkfleet/lab/sim/rdma_sysfs.py"
+SIM = ROOT / "lab/sparkfleet_lab/sim/rdma_sysfs.py"
 
 
 def _load(name: str, path: Path):
@@ -24,7 +24,7 @@ def _load(name: str, path: Path):
 
 
 sim = _load("rdma_sysfs", SIM)
-rdma = _load("sparkfleet_rdma_facts", ROOT / "roles/network_links/library/sparkfleet_rdma_facts.py")
+rdma = _load("sparkfleet_rdma_facts", ROOT / "plugins/modules/rdma_facts.py")
 
 MAC = "02:42:0a:fb:02:0a"
 
@@ -151,9 +151,9 @@ def test_node_side_code_is_stdlib_only():
     """What runs on the nodes imports nothing outside the standard library (node Python 3.11-3.13)."""
     for path in [
         SIM,
-        ROOT / "roles/network_links/library/sparkfleet_rdma_facts.py",
-        ROOT / "roles/network_links/library/sparkfleet_fabric_links.py",
-        ROOT / "roles/preflight/library/sparkfleet_preflight_facts.py",
+        ROOT / "plugins/modules/rdma_facts.py",
+        ROOT / "plugins/modules/fabric_links.py",
+        ROOT / "plugins/modules/preflight_facts.py",
     ]:
         imports = {
             ln.split()[1].split(".")[0]

@@ -19,8 +19,8 @@ def _load(name: str, path: Path):
     return mod
 
 
-ssh = _load("sparkfleet_ssh", ROOT / "roles/ssh_trust/filter_plugins/sparkfleet_ssh.py")
-plan_mod = _load("sparkfleet_plan", ROOT / "roles/cluster_plan/filter_plugins/sparkfleet_plan.py")
+ssh = _load("sparkfleet_ssh", ROOT / "plugins/filter/ssh.py")
+plan_mod = _load("sparkfleet_plan", ROOT / "plugins/filter/plan.py")
 D = yaml.safe_load((ROOT / "roles/cluster_plan/defaults/main.yml").read_text())
 
 

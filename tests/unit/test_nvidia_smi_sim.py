@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM = ROOT / "python/sparkfleet/lab/sim/nvidia_smi.py"
+SIM = ROOT / "lab/sparkfleet_lab/sim/nvidia_smi.py"
 FIXTURES = Path(
     os.environ.get(
         "SPARKFLEET_NVIDIA_FIXTURES", ROOT.parent / "shared/fixtures/nvidia-smi/h200-driver-580.159.04"

@@ -21,8 +21,8 @@ def _load(name: str, path: Path):
     return mod
 
 
-pf = _load("sparkfleet_preflight", ROOT / "roles/preflight/filter_plugins/sparkfleet_preflight.py")
-probe = _load("sparkfleet_preflight_facts", ROOT / "roles/preflight/library/sparkfleet_preflight_facts.py")
+pf = _load("sparkfleet_preflight", ROOT / "plugins/filter/preflight.py")
+probe = _load("sparkfleet_preflight_facts", ROOT / "plugins/modules/preflight_facts.py")
 TABLE = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["__preflight_variable_table"]
 HEX40 = "f" * 40
 

@@ -10,7 +10,7 @@ import stat
 import pytest
 from test_weights_support import load_module
 
-dist = load_module("model_weights_distribute")
+dist = load_module("weights_distribute")
 pytestmark = pytest.mark.skipif(
     shutil.which("rsync") is None, reason="rsync is not installed on this machine"
 )

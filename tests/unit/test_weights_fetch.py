@@ -12,8 +12,8 @@ import pytest
 from test_weights_support import load_module, module_process, start_hub
 
 pytest.importorskip("huggingface_hub")
-fetch = load_module("model_weights_fetch")
-verify = load_module("model_weights_verify")
+fetch = load_module("weights_fetch")
+verify = load_module("weights_verify")
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_a_killed_download_resumes_mid_file_and_keeps_finished_files(tmp_path):
         "cache_file": str(root / ".sparkfleet" / "cache.json"),
         "status_file": str(root / ".sparkfleet" / "progress.json"),
     }
-    proc = module_process("model_weights_fetch", params, tmp_path)
+    proc = module_process("weights_fetch", params, tmp_path)
     blobs = root / "hub"
     deadline = time.monotonic() + 60
     partials: list = []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from sparkfleet.lab.hub import models
+from sparkfleet_lab.hub import models
 from test_weights_support import ROLE, ROOT, load_module, utils
 
 
@@ -88,14 +88,14 @@ def test_inventories_only_set_variables_the_role_knows():
     for path in [
         ROOT / "inventory" / "tp2" / "group_vars" / "all" / "weights.yml",
         ROOT / "inventory" / "tp3" / "group_vars" / "all" / "weights.yml",
-        ROOT / "python" / "sparkfleet" / "lab" / "group_vars" / "weights.yml",
+        ROOT / "lab" / "sparkfleet_lab" / "group_vars" / "weights.yml",
     ]:
         unknown = set(yaml.safe_load(path.read_text())) - defaults
         assert not unknown, f"{path}: {unknown}"
 
 
 def test_the_wait_module_reads_job_and_progress_files(tmp_path):
-    wait = load_module("model_weights_wait")
+    wait = load_module("weights_wait")
     job = tmp_path / "job"
     status = tmp_path / "status.json"
     job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "1"}))

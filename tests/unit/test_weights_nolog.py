@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_weights_support import ROLE, ROOT, start_hub
+from test_weights_support import ROOT, start_hub
 
 pytest.importorskip("huggingface_hub")
 TOKEN = "hf_sparkfleetTestToken0123456789"  # noqa: S105 - a test value for the stand-in hub
@@ -34,7 +34,7 @@ def play(tmp_path: Path, hub, token_env: str | None) -> subprocess.CompletedProc
             "tasks": [
                 {
                     "name": "Resolve",
-                    "model_weights_fetch": {
+                    "sparkfleet.cluster.weights_fetch": {
                         "mode": "resolve",
                         "endpoint": hub.endpoint,
                         "token": "{{ lookup('ansible.builtin.env', 'HF_TOKEN') }}",
@@ -50,8 +50,6 @@ def play(tmp_path: Path, hub, token_env: str | None) -> subprocess.CompletedProc
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_LIBRARY=str(ROLE / "library"),
-        ANSIBLE_MODULE_UTILS=str(ROLE / "module_utils"),
         ANSIBLE_FACT_CACHING="memory",
     )
     env.pop("HF_TOKEN", None)

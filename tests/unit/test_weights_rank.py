@@ -11,9 +11,9 @@ import pytest
 from test_weights_support import load_module, start_hub, utils
 
 pytest.importorskip("huggingface_hub")
-fetch = load_module("model_weights_fetch")
-verify = load_module("model_weights_verify")
-rank_mod = load_module("model_weights_rank")
+fetch = load_module("weights_fetch")
+verify = load_module("weights_verify")
+rank_mod = load_module("weights_rank")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Shared helpers of the weights tests (imported by the test_weights_* modules; no tests here).
 
-- load_module(name): a role module (roles/model_weights/library/<name>.py) importable in-process,
-  with `ansible.module_utils.sparkfleet_weights` bound to the role's module_utils file.
+- load_module(name): a module of the collection (plugins/modules/<name>.py) imported in-process
+  (tests/conftest.py puts the checkout's collection on sys.path).
 - Hub: the lab's HF stand-in (models.generate + hfserver.build_server) on 127.0.0.1, driven by
   the real huggingface_hub of the controller's venv.
 """
@@ -26,28 +26,11 @@ ENGRAM_PATTERNS = [
 ]
 
 
-def _load_utils():
-    name = "ansible.module_utils.sparkfleet_weights"
-    if name in sys.modules:
-        return sys.modules[name]
-    import ansible.module_utils  # noqa: F401 - the package the name lives in
-
-    spec = importlib.util.spec_from_file_location(name, ROLE / "module_utils" / "sparkfleet_weights.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def load_module(name: str):
-    _load_utils()
-    spec = importlib.util.spec_from_file_location(f"sparkfleet_test_{name}", ROLE / "library" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"ansible_collections.sparkfleet.cluster.plugins.modules.{name}")
 
 
-utils = _load_utils()
+utils = importlib.import_module("ansible_collections.sparkfleet.cluster.plugins.module_utils.weights")
 
 
 @dataclass
@@ -97,7 +80,7 @@ class Hub:
 
 
 def start_hub(data_dir: Path, topology: str = "tp2", size_mb: int = 8) -> Hub:
-    from sparkfleet.lab.hub import hfserver, models
+    from sparkfleet_lab.hub import hfserver, models
 
     pins = models.generate(data_dir, topology, size_mb)
     server = hfserver.build_server(data_dir, "127.0.0.1", 0)

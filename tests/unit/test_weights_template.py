@@ -7,10 +7,10 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from sparkfleet.lab.hub.models import CHAT_TEMPLATE
+from sparkfleet_lab.hub.models import CHAT_TEMPLATE
 from test_weights_support import ROLE, load_module
 
-tmpl = load_module("model_weights_template")
+tmpl = load_module("weights_template")
 PATCH = (ROLE / "files" / "chat_template-thinking-off.patch").read_text()
 
 

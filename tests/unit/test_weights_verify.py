@@ -6,12 +6,12 @@ import json
 import os
 
 import pytest
-from test_weights_support import load_module, start_hub, utils
+from test_weights_support import ROOT, load_module, start_hub, utils
 
 pytest.importorskip("huggingface_hub")
-fetch = load_module("model_weights_fetch")
-verify = load_module("model_weights_verify")
-space = load_module("model_weights_space")
+fetch = load_module("weights_fetch")
+verify = load_module("weights_verify")
+space = load_module("weights_space")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_the_engine_sees_exactly_the_manifest_files(tree):
     import sys
 
     root, m = tree
-    sys.path.insert(0, str(utils.__file__).rsplit("/roles/", 1)[0] + "/python/sparkfleet/lab/engine")
+    sys.path.insert(0, str(ROOT / "lab/sparkfleet_lab/engine"))
     from tensorfold import weights as engine_weights
 
     res = verify.run(params(root, m))

@@ -7,7 +7,7 @@ import json
 import platform
 
 import pytest
-from sparkfleet.lab.hub import wheels
+from sparkfleet_lab.hub import wheels
 
 
 def test_the_pin_is_the_inventories_huggingface_hub_version():

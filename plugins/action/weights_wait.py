@@ -1,0 +1,88 @@
+# Wait for an async model_weights task and print its progress between polls (runs on the controller).
+from __future__ import annotations
+
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+INTERNAL = (
+    "started",
+    "finished",
+    "ansible_job_id",
+    "results_file",
+    "_ansible_suppress_tmpdir_delete",
+    "invocation",
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("job", "status_file", "interval", "timeout"))
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        job = args.get("job") or {}
+        if job.get("skipped"):
+            result.update(skipped=True, msg="the task was skipped")
+            return result
+        results_file = job.get("results_file")
+        if not results_file and job.get("ansible_job_id"):
+            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
+            # where ansible's own would be: async_dir/JOB_ID on the node.
+            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
+            results_file = f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
+        if not results_file:
+            result.update(
+                failed=True, msg="job: pass the registered result of a task run with async and poll: 0"
+            )
+            return result
+        interval = max(1, int(args.get("interval") or 10))
+        timeout = int(args.get("timeout") or 86400)
+        host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        start = time.monotonic()
+        last_line = None
+        last_print = 0.0
+        while True:
+            poll = self._execute_module(
+                module_name="sparkfleet.cluster.weights_wait",
+                module_args={"results_file": results_file, "status_file": args.get("status_file")},
+                task_vars=task_vars,
+            )
+            if poll.get("failed") or poll.get("unreachable"):
+                result.update(failed=True, msg=f"polling the job failed: {poll.get('msg')}")
+                return result
+            line = (poll.get("progress") or {}).get("line")
+            now = time.monotonic()
+            if poll.get("finished"):
+                if line and line != last_line:
+                    display.display(f"  {host}: {line}")
+                break
+            if line and (line != last_line or now - last_print >= 60):
+                display.display(f"  {host}: {line}")
+                last_line, last_print = line, now
+            if now - start > timeout:
+                result.update(
+                    failed=True,
+                    msg=f"still running after {timeout} s (job {job.get('ansible_job_id')}); "
+                    "it goes on in the background",
+                )
+                return result
+            time.sleep(interval)
+        self._execute_module(
+            module_name="sparkfleet.cluster.weights_wait",
+            module_args={"results_file": results_file, "cleanup": True},
+            task_vars=task_vars,
+        )
+        outcome = dict(poll.get("job") or {})
+        for key in INTERNAL:
+            outcome.pop(key, None)
+        result.update(outcome)
+        result["changed"] = bool(outcome.get("changed"))
+        if outcome.get("failed"):
+            result["failed"] = True
+        return result

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+# sparkfleet: the engine's API key, generated once on the head (stdlib only; runs on the node).
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: engine_api_key
+short_description: Generate the engine's API key once and keep it (and an optional credentials file) at 0600
+description:
+  - The key file holds accepted bearer keys, one per line (TensorFold's --api-key-file). When it holds
+    no key, one is generated with the C(secrets) module on this node; an existing key is never replaced.
+  - Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
+    C(~/ds1017/api/credentials.env) with C(SPARK_API_KEY)), mode 0600, in a 0700 directory.
+  - The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
+options:
+  path: {type: path, required: true, description: The key file.}
+  owner: {type: str, default: root, description: Owner of the key file.}
+  group: {type: str, default: root, description: Group of the key file.}
+  prefix: {type: str, default: sk-sparkfleet-, description: Prefix of a generated key.}
+  nbytes: {type: int, default: 32, description: Random bytes in a generated key.}
+  credentials_file: {type: path, description: Also write VAR=key here (empty = none).}
+  credentials_var: {type: str, default: SPARK_API_KEY, description: Variable name in the credentials file.}
+  credentials_owner: {type: str, description: Owner of the credentials file and its directory.}
+  credentials_group: {type: str, description: Group of the credentials file and its directory.}
+"""
+
+RETURN = r"""
+generated: {description: a new key was generated in this run, type: bool, returned: always}
+fingerprint: {description: first 12 hex digits of the key's SHA-256, type: str, returned: always}
+keys: {description: how many keys the file holds, type: int, returned: always}
+"""
+
+import grp
+import hashlib
+import os
+import pwd
+import re
+import secrets
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+
+
+def parse_keys(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def new_key(prefix: str, nbytes: int) -> str:
+    return prefix + secrets.token_urlsafe(nbytes)
+
+
+def credentials_text(var: str, key: str) -> str:
+    header = (
+        "# Written by sparkfleet (engine_service): the engine's API key. Load: set -a; . <this file>; set +a"
+    )
+    return f"{header}\n{var}={key}\n"
+
+
+def _ids(owner: str | None, group: str | None) -> tuple[int, int]:
+    uid = pwd.getpwnam(owner).pw_uid if owner else os.getuid()
+    gid = grp.getgrnam(group).gr_gid if group else (pwd.getpwuid(uid).pw_gid if owner else os.getgid())
+    return uid, gid
+
+
+def write_private(path: str, text: str, uid: int, gid: int) -> None:
+    """Atomically, and never readable by others on the way (the temp file is 0600 from the start)."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".sparkfleet-", dir=directory)
+    try:
+        os.fchmod(fd, 0o600)
+        os.fchown(fd, uid, gid)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def needs_fix(path: str, uid: int, gid: int, mode: int = 0o600) -> bool:
+    st = os.stat(path)
+    return (st.st_mode & 0o777) != mode or st.st_uid != uid or st.st_gid != gid
+
+
+def ensure_dir(path: str, uid: int, gid: int, mode: int, check: bool) -> bool:
+    if os.path.isdir(path):
+        if needs_fix(path, uid, gid, mode):
+            if not check:
+                os.chmod(path, mode)
+                os.chown(path, uid, gid)
+            return True
+        return False
+    if not check:
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            ensure_dir(parent, uid, gid, mode, check)
+        os.mkdir(path, mode)
+        os.chown(path, uid, gid)
+    return True
+
+
+def _read(path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def ensure_credentials(module: AnsibleModule, key: str) -> bool:
+    p = module.params
+    cpath = p["credentials_file"]
+    try:
+        cuid, cgid = _ids(p["credentials_owner"], p["credentials_group"])
+    except KeyError as exc:
+        module.fail_json(msg=f"unknown owner/group for {cpath}: {exc}")
+    check = module.check_mode
+    want = credentials_text(p["credentials_var"], key)
+    changed = ensure_dir(os.path.dirname(cpath), cuid, cgid, 0o700, check)
+    if _read(cpath) != want:
+        if not check:
+            write_private(cpath, want, cuid, cgid)
+        return True
+    if needs_fix(cpath, cuid, cgid):
+        if not check:
+            os.chmod(cpath, 0o600)
+            os.chown(cpath, cuid, cgid)
+        return True
+    return changed
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "owner": {"type": "str", "default": "root"},
+            "group": {"type": "str", "default": "root"},
+            "prefix": {"type": "str", "default": "sk-sparkfleet-"},
+            "nbytes": {"type": "int", "default": 32},
+            "credentials_file": {"type": "path"},
+            "credentials_var": {"type": "str", "default": "SPARK_API_KEY"},
+            "credentials_owner": {"type": "str"},
+            "credentials_group": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    check = module.check_mode
+    path = p["path"]
+    if p["nbytes"] < 16:
+        module.fail_json(msg="nbytes must be at least 16 (128 bits)")
+    try:
+        uid, gid = _ids(p["owner"], p["group"])
+    except KeyError as exc:
+        module.fail_json(msg=f"unknown owner/group for {path}: {exc}")
+    changed = False
+    generated = False
+    keys = parse_keys(_read(path) or "")
+    bad = [i for i, k in enumerate(keys, 1) if not KEY_RE.match(k)]
+    if bad:
+        module.fail_json(msg=f"{path}: key(s) {bad} contain whitespace or are shorter than 16 characters")
+    changed |= ensure_dir(os.path.dirname(path), uid, gid, 0o700, check)
+    if not keys:
+        key = new_key(p["prefix"], p["nbytes"])
+        generated = changed = True
+        if not check:
+            write_private(path, f"# API keys of the sparkfleet engine, one per line\n{key}\n", uid, gid)
+        keys = [key]
+    elif needs_fix(path, uid, gid):
+        changed = True
+        if not check:
+            os.chmod(path, 0o600)
+            os.chown(path, uid, gid)
+
+    if p["credentials_file"]:
+        changed |= ensure_credentials(module, keys[0])
+
+    fingerprint = hashlib.sha256(keys[0].encode()).hexdigest()[:12]
+    module.exit_json(changed=changed, generated=generated, fingerprint=fingerprint, keys=len(keys), path=path)
+
+
+if __name__ == "__main__":
+    main()

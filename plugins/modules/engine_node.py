@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+# sparkfleet: what one node runs of the engine, read-only (stdlib only; runs on the node as root).
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: engine_node
+short_description: Read one node's engine state - unit, container, image, hardware, clock cap
+description:
+  - Read-only; never changes anything (check mode is the same as a normal run).
+  - The container is reported only when it carries sparkfleet's label (I(label)); a container of
+    that name without the label is reported as C(foreign) and never touched by sparkfleet.
+  - Hardware gates for the container spec - whether an NVIDIA container runtime exists (for
+    C(--gpus all)) and which of I(devices) are present.
+options:
+  name:
+    type: str
+    required: true
+    description: Container name (the unit is I(name).service unless I(unit) is set).
+  unit: {type: str, description: The systemd unit.}
+  image: {type: str, description: "Image reference whose ID, labels and layer diffIDs to report."}
+  label:
+    type: str
+    default: io.sparkfleet.engine.managed
+    description: The label that marks sparkfleet's container.
+  devices: {type: list, elements: str, default: [], description: Device paths to look for.}
+  docker: {type: str, default: docker, description: The docker CLI.}
+  clock_state_file: {type: path, description: "gpu_clocks' configured cap (GPU_CLOCK_CAP_MHZ=N)."}
+  clock_applied_file: {type: path, description: "gpu_clocks' marker of the cap applied since this boot."}
+  weights_record: {type: path, description: "model_weights' record of the verified weights (JSON)."}
+  weights_dir: {type: str, default: "", description: "The snapshot; empty = the record's."}
+  rank_file: {type: str, default: "", description: "The rank file; empty = the record's."}
+  chat_template: {type: str, default: "", description: "The chat template; empty = the record's."}
+  log_lines: {type: int, default: 3, description: "Last lines of a stopped container's log to report."}
+"""
+
+RETURN = r"""
+docker: {description: docker CLI found and the daemon answering, type: bool, returned: always}
+image: {description: "exists, id, labels, layers (RootFS diffIDs) of I(image)", type: dict, returned: always}
+container:
+  description: "exists, managed, running, status, exit_code, error, started_at, finished_at, image_id, labels"
+  type: dict
+  returned: always
+unit: {description: "exists, active, sub, result, exit_status, enabled", type: dict, returned: always}
+gpu_runtime: {description: an NVIDIA container runtime is installed, type: bool, returned: always}
+devices_present: {description: which of I(devices) exist, type: list, returned: always}
+memlock_hard:
+  description: "the hard memlock limit containers get from dockerd, bytes; -1 unlimited"
+  type: int
+  returned: always
+clock: {description: "configured_mhz, applied_mhz (None when unknown)", type: dict, returned: always}
+capabilities:
+  description: "which of IPC_LOCK, SYS_NICE, ... dockerd can grant (its bounding set)"
+  type: list
+  returned: always
+weights: {description: "the weights record (None when there is none)", type: dict, returned: always}
+weights_paths:
+  description: "dir, rank_file, chat_template (the override, else the record's)"
+  type: dict
+  returned: always
+weights_missing: {description: which of weights_paths do not exist, type: list, returned: always}
+"""
+
+import json
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+# `docker run --gpus` needs the hook (nvidia-container-toolkit) or a registered nvidia runtime.
+GPU_RUNTIME_BINARIES = ("nvidia-container-runtime-hook",)
+
+
+def read_cap(path: str | None) -> int | None:
+    """`GPU_CLOCK_CAP_MHZ=N` (or a bare number) from gpu_clocks' state files."""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            match = re.fullmatch(r"(?:[A-Z_]+=)?(\d+)", line)
+            if match:
+                return int(match.group(1))
+    return None
+
+
+def memlock_limit(limits_text: str) -> int:
+    """The hard 'Max locked memory' limit from /proc/<pid>/limits, in bytes; -1 = unlimited."""
+    for line in limits_text.splitlines():
+        if line.startswith("Max locked memory"):
+            hard = line[len("Max locked memory") :].split()[1]
+            return -1 if hard == "unlimited" else int(hard)
+    return -1
+
+
+CAPABILITIES = {"IPC_LOCK": 14, "SYS_NICE": 23, "SYS_RESOURCE": 24, "SYS_ADMIN": 21, "NET_ADMIN": 12}
+
+
+def dockerd_proc(name: str) -> str:
+    """/proc/<dockerd>/<name> (its pid file), else init's: what containers inherit."""
+    for pidfile in ("/run/docker.pid", "/var/run/docker.pid"):
+        try:
+            with open(pidfile, encoding="ascii") as fh:
+                pid = int(fh.read().strip())
+            with open(f"/proc/{pid}/{name}", encoding="ascii") as fh:
+                return fh.read()
+        except (OSError, ValueError):
+            continue
+    try:
+        with open(f"/proc/1/{name}", encoding="ascii") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def bounding_caps(status_text: str) -> list[str]:
+    """The capabilities (of CAPABILITIES) in CapBnd: what --cap-add can grant a container here."""
+    for line in status_text.splitlines():
+        if line.startswith("CapBnd:"):
+            mask = int(line.split()[1], 16)
+            return sorted(name for name, bit in CAPABILITIES.items() if mask >> bit & 1)
+    return sorted(CAPABILITIES)
+
+
+def read_json(path: str | None) -> dict | None:
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return {"verified": False, "error": f"{path} is not readable JSON"}
+    return doc if isinstance(doc, dict) else None
+
+
+def parse_unit(show: str) -> dict:
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    load = props.get("LoadState", "not-found")
+    return {
+        "exists": load not in ("not-found", ""),
+        "load": load,
+        "active": props.get("ActiveState", "inactive"),
+        "sub": props.get("SubState", ""),
+        "result": props.get("Result", ""),
+        "exit_status": int(props["ExecMainStatus"]) if props.get("ExecMainStatus", "").isdigit() else None,
+        "enabled": props.get("UnitFileState", ""),
+        "since": props.get("ActiveEnterTimestamp") or props.get("InactiveEnterTimestamp") or "",
+    }
+
+
+def parse_container(doc: dict | None, label: str) -> dict:
+    if not doc:
+        return {"exists": False, "managed": False, "running": False, "status": "absent", "labels": {}}
+    state = doc.get("State") or {}
+    labels = (doc.get("Config") or {}).get("Labels") or {}
+    return {
+        "exists": True,
+        "managed": labels.get(label) == "true",
+        "running": bool(state.get("Running")),
+        "status": state.get("Status", "unknown"),
+        "exit_code": state.get("ExitCode"),
+        "error": state.get("Error") or "",
+        "oom_killed": bool(state.get("OOMKilled")),
+        "started_at": state.get("StartedAt", ""),
+        "finished_at": state.get("FinishedAt", ""),
+        "image_id": doc.get("Image", ""),
+        "labels": labels,
+    }
+
+
+def parse_image(doc: dict | None) -> dict:
+    if not doc:
+        return {"exists": False, "id": "", "labels": {}, "layers": []}
+    return {
+        "exists": True,
+        "id": doc.get("Id", ""),
+        "labels": (doc.get("Config") or {}).get("Labels") or {},
+        "layers": (doc.get("RootFS") or {}).get("Layers") or [],
+    }
+
+
+def nvidia_runtime_configured(path: str = "/etc/docker/daemon.json") -> bool:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return "nvidia" in (json.load(fh).get("runtimes") or {})
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def weights_paths(record: dict | None, overrides: dict) -> dict:
+    """Snapshot, rank file and chat template: the override, else what the weights record names."""
+    record = record or {}
+    rank = record.get("rank") if isinstance(record.get("rank"), dict) else {}
+    template = record.get("chat_template") if isinstance(record.get("chat_template"), dict) else {}
+    return {
+        "dir": overrides.get("dir") or record.get("snapshot") or "",
+        "rank_file": overrides.get("rank_file") or rank.get("path") or "",
+        "chat_template": overrides.get("chat_template") or template.get("path") or "",
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "unit": {"type": "str"},
+            "image": {"type": "str"},
+            "label": {"type": "str", "default": "io.sparkfleet.engine.managed"},
+            "devices": {"type": "list", "elements": "str", "default": []},
+            "docker": {"type": "str", "default": "docker"},
+            "clock_state_file": {"type": "path"},
+            "clock_applied_file": {"type": "path"},
+            "weights_record": {"type": "path"},
+            "weights_dir": {"type": "str", "default": ""},
+            "rank_file": {"type": "str", "default": ""},
+            "chat_template": {"type": "str", "default": ""},
+            "log_lines": {"type": "int", "default": 3},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    docker = module.get_bin_path(p["docker"])
+    out: dict = {"changed": False, "docker": bool(docker), "image": parse_image(None)}
+    out["container"] = parse_container(None, "")
+
+    def inspect(kind: str, ref: str) -> dict | None:
+        rc, stdout, stderr = module.run_command([docker, kind, "inspect", ref])
+        if rc != 0:
+            if "Cannot connect" in stderr or "permission denied" in stderr:
+                out["docker"] = False
+            return None
+        data = json.loads(stdout)
+        return data[0] if data else None
+
+    if docker:
+        container = parse_container(inspect("container", p["name"]), p["label"])
+        if out["docker"] and p["image"]:
+            out["image"] = parse_image(inspect("image", p["image"]))
+        if container["exists"] and not container["managed"]:
+            container = {"exists": True, "managed": False, "foreign": True, "running": container["running"],
+                         "status": "foreign", "labels": {}}  # fmt: skip
+        elif container["exists"] and not container["running"] and p["log_lines"] > 0:
+            _, logs, errs = module.run_command([docker, "logs", "--tail", str(p["log_lines"]), p["name"]])
+            container["log_tail"] = [ln for ln in (logs + errs).splitlines() if ln.strip()][-p["log_lines"] :]
+        out["container"] = container
+    hook = any(module.get_bin_path(b) for b in GPU_RUNTIME_BINARIES)
+    out["gpu_runtime"] = hook or nvidia_runtime_configured()
+
+    systemctl = module.get_bin_path("systemctl")
+    unit = p["unit"] or f"{p['name']}.service"
+    out["unit"] = {**parse_unit(""), "name": unit}
+    if systemctl:
+        props = "LoadState,ActiveState,SubState,Result,ExecMainStatus,UnitFileState,ActiveEnterTimestamp"
+        rc, show, _ = module.run_command(
+            [systemctl, "show", unit, f"--property={props},InactiveEnterTimestamp"]
+        )
+        if rc == 0:
+            out["unit"] = {**parse_unit(show), "name": unit}
+    out["devices_present"] = [d for d in p["devices"] if os.path.exists(d)]
+    out["weights"] = read_json(p["weights_record"])
+    overrides = {"dir": p["weights_dir"], "rank_file": p["rank_file"], "chat_template": p["chat_template"]}
+    out["weights_paths"] = weights_paths(out["weights"], overrides)
+    out["weights_missing"] = [v for v in out["weights_paths"].values() if v and not os.path.exists(v)]
+    out["memlock_hard"] = memlock_limit(dockerd_proc("limits"))
+    out["capabilities"] = bounding_caps(dockerd_proc("status"))
+    out["clock"] = {
+        "configured_mhz": read_cap(p["clock_state_file"]),
+        "applied_mhz": read_cap(p["clock_applied_file"]),
+    }
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

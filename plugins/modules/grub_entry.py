@@ -1,0 +1,97 @@
+#!/usr/bin/python
+"""Ansible module: find the GRUB menu entry that boots a given kernel release."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: grub_entry
+short_description: The GRUB menu entry id path (for grub-reboot and GRUB_DEFAULT) of a kernel release
+description:
+  - Reads the generated grub.cfg and returns the id path of the normal (not recovery) entry whose
+    C(linux) line boots C(vmlinuz-<release>), e.g.
+    C(gnulinux-advanced-UUID>gnulinux-6.11.0-1016-nvidia-64k-advanced-UUID).
+  - Fails, listing the kernels it found, when there is no such entry (run update-grub first).
+  - Read-only.
+options:
+  release:
+    description: The kernel release (C(uname -r) of that kernel).
+    type: str
+    required: true
+  grub_cfg:
+    description: The generated GRUB configuration.
+    type: path
+    default: /boot/grub/grub.cfg
+"""
+
+RETURN = r"""
+entry: {description: The id path to give grub-reboot / GRUB_DEFAULT., type: str, returned: success}
+kernels: {description: Every kernel release with a normal menu entry., type: list, returned: always}
+"""
+
+EXAMPLES = r"""
+- name: Find the 64K kernel's menu entry
+  sparkfleet_grub_entry:
+    release: 6.11.0-1016-nvidia-64k
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+ENTRY = re.compile(r"^\s*(menuentry|submenu)\s.*?\$menuentry_id_option\s+'([^']+)'.*\{\s*$")
+LINUX = re.compile(r"^\s*linux\s+\S*vmlinuz-(\S+)")
+
+
+def entries(text: str) -> dict[str, str]:
+    """Kernel release -> id path of its first normal entry."""
+    stack: list[tuple[str, str] | None] = []
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = ENTRY.match(line)
+        if match:
+            stack.append((match.group(1), match.group(2)))
+            continue
+        stripped = line.strip()
+        if stripped.endswith("{"):
+            stack.append(None)  # if/function blocks
+            continue
+        if stripped == "}":
+            if stack:
+                stack.pop()
+            continue
+        linux = LINUX.match(line)
+        if linux and stack and stack[-1] and stack[-1][0] == "menuentry":
+            entry_id = stack[-1][1]
+            if "recovery" in entry_id:
+                continue
+            path = ">".join(item[1] for item in stack if item)
+            found.setdefault(linux.group(1), path)
+    return found
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "release": {"type": "str", "required": True},
+            "grub_cfg": {"type": "path", "default": "/boot/grub/grub.cfg"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        with open(module.params["grub_cfg"], encoding="utf-8", errors="replace") as fh:
+            found = entries(fh.read())
+    except OSError as err:
+        module.fail_json(msg=f"cannot read {module.params['grub_cfg']}: {err}", kernels=[])
+    release = module.params["release"]
+    if release not in found:
+        module.fail_json(
+            msg=f"no GRUB menu entry boots {release} (run update-grub); kernels with entries: "
+            + (", ".join(sorted(found)) or "none"),
+            kernels=sorted(found),
+        )
+    module.exit_json(changed=False, entry=found[release], kernels=sorted(found))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+#!/usr/bin/python
+# Verify a weights snapshot against its manifest on every core, skipping unchanged files.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: weights_verify
+short_description: Verify a weights snapshot (SHA-256, sizes, safetensors headers, index shard counts)
+description:
+  - Hashes the listed files in parallel on every core and compares SHA-256 (or the git blob id of
+    small files whose SHA-256 the hub does not publish) and sizes with the manifest.
+  - Keeps a stat cache (size, mtime, ctime, inode, device -> digest): a file whose stat is unchanged
+    since it was last hashed is not hashed again, so an unchanged re-verify takes seconds.
+  - Checks every .safetensors header (length, JSON, every tensor's data end within the file) and each
+    index (shard count and names, tensors present in their shard).
+  - With remove_bad, a corrupt or wrongly sized file is deleted (on the head with its hub-cache blob)
+    so that the download or the copy fetches it again; it is never kept.
+options:
+  root: {type: path, required: true, description: the snapshot directory}
+  files:
+    type: list
+    elements: dict
+    required: true
+    description: "manifest entries: path, size, sha256 or git_oid"
+  cache_file: {type: path, description: stat cache}
+  workers: {type: int, default: 0, description: hashing threads (0 = every core)}
+  full: {type: bool, default: false, description: ignore the stat cache}
+  remove_bad: {type: bool, default: false, description: delete corrupt files}
+  hub_cache: {type: path, description: the head's hub cache (bad files' blobs are deleted too)}
+  require_complete: {type: bool, default: false, description: fail unless every file is present and good}
+  indexes:
+    type: list
+    elements: dict
+    default: []
+    description: "[{path, complete}] indexes; default: every *.safetensors.index.json"
+  release_manifest:
+    type: str
+    default: ""
+    description: SHA256SUMS-style file in the snapshot to cross-check
+  write_manifest: {type: path, description: where to write the verified manifest when complete}
+  repos: {type: list, elements: dict, default: [], description: repo records for the written manifest}
+  prune: {type: bool, default: false, description: delete files under root that the manifest does not list}
+  status_file: {type: path, description: progress file}
+"""
+
+RETURN = r"""
+digest: {type: str, description: "sha256:<hex> of the canonical file list (when complete)"}
+files: {type: list, description: "[{path, size, sha256}] (when complete)"}
+missing: {type: list, description: files not there}
+bad: {type: list, description: "[{path, reason}]"}
+removed: {type: list, description: files deleted because they were bad}
+"""
+
+import json
+import os
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
+    MANIFEST_FORMAT,
+    Progress,
+    StatCache,
+    WeightsError,
+    blob_path,
+    check_indexes,
+    human,
+    list_tree,
+    manifest_digest,
+    parse_sha256sums,
+    verify_files,
+)
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def indexes_of(params: dict, by_path: dict) -> list[dict]:
+    """The indexes to check: given, or every *.safetensors.index.json of the manifest.
+
+    An index is complete (all its shards must be there) unless its repo was downloaded with
+    allow-patterns (the Engram subset): then only the shards that are there are checked.
+    """
+    if params.get("indexes"):
+        return params["indexes"]
+    subsets = {(r.get("dir") or "").strip("/") for r in params.get("repos") or [] if r.get("allow_patterns")}
+    return [
+        {"path": p, "complete": os.path.dirname(p) not in subsets}
+        for p in sorted(by_path)
+        if p.endswith(".safetensors.index.json")
+    ]
+
+
+def remove_bad(params: dict, res: dict, by_path: dict, check_mode: bool) -> list[str]:
+    """Delete corrupt files (and the head's blobs of them): they must be fetched again, not kept."""
+    removed = []
+    for item in res["bad"]:
+        rel = item["path"]
+        if check_mode:
+            removed.append(rel)
+            continue
+        gone = _remove(os.path.join(params["root"], rel))
+        entry = by_path[rel]
+        if params.get("hub_cache") and entry.get("repo_id") and entry.get("etag"):
+            gone = _remove(blob_path(params["hub_cache"], entry)) or gone
+        if gone:
+            removed.append(rel)
+    return removed
+
+
+def cross_check_release(root: str, name: str, res: dict, by_path: dict) -> tuple[dict, list[str]]:
+    """Compare the release manifest with the verified digests; return its other entries (rank files)."""
+    if name not in by_path:
+        return {}, [f"the release manifest {name} is not one of the snapshot's files"]
+    try:
+        with open(os.path.join(root, name)) as fh:
+            sums = parse_sha256sums(fh.read())
+    except (OSError, WeightsError) as exc:
+        return {}, [f"{name}: {exc}"]
+    release, errors = {}, []
+    for rel, sha in sorted(sums.items()):
+        if rel not in res["ok"]:
+            release[rel] = sha
+        elif res["ok"][rel] != sha:
+            errors.append(f"{rel}: sha256 {res['ok'][rel]} matches the hub, but {name} says {sha}")
+    return release, errors
+
+
+def write_manifest(path: str, doc: dict, check_mode: bool) -> bool:
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    try:
+        with open(path) as fh:
+            if fh.read() == text:
+                return False
+    except OSError:
+        pass
+    if not check_mode:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".partial", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".partial", path)
+    return True
+
+
+def summarize(res: dict, files: list, removed: list, errors: list, elapsed: float) -> str:
+    text = (
+        f"{len(res['ok'])}/{len(files)} files good ({human(res['hashed_bytes'])} hashed, "
+        f"{res['cache_hits']} unchanged since the last hash) in {elapsed} s"
+    )
+    if res["missing"]:
+        text += f"; {len(res['missing'])} missing"
+    if res["bad"]:
+        text += f"; {len(res['bad'])} bad: " + "; ".join(
+            f"{b['path']}: {b['reason']}" for b in res["bad"][:3]
+        )
+    if removed:
+        text += f"; removed {len(removed)} bad files so they are fetched again"
+    return text + ("; " + "; ".join(errors) if errors else "")
+
+
+def run(params: dict, check_mode: bool = False) -> dict:
+    start = time.monotonic()
+    root = params["root"]
+    files = params["files"]
+    by_path = {f["path"]: f for f in files}
+    if len(by_path) != len(files):
+        raise WeightsError("the manifest lists a path twice")
+    cache = StatCache(params.get("cache_file"))
+    progress = Progress(params.get("status_file"), "verify", sum(int(f["size"]) for f in files), len(files))
+    if os.path.isdir(root):
+        workers = params.get("workers") or 0
+        res = verify_files(
+            root, files, cache, workers=workers, full=bool(params.get("full")), progress=progress
+        )
+        stray = [p for p in list_tree(root) if p not in by_path]
+    else:
+        res = {"ok": {}, "missing": sorted(by_path), "bad": [], "hashed_bytes": 0, "cache_hits": 0}
+        stray = []
+    removed = remove_bad(params, res, by_path, check_mode) if params.get("remove_bad") else []
+    pruned = []
+    if params.get("prune"):
+        pruned = [rel for rel in stray if check_mode or _remove(os.path.join(root, rel))]
+
+    errors: list[str] = []
+    complete = not res["missing"] and not res["bad"]
+    verified: list[dict] = []
+    digest = None
+    release: dict = {}
+    if complete:
+        errors += check_indexes(root, indexes_of(params, by_path), set(by_path))
+        verified = [
+            {"path": p, "size": int(by_path[p]["size"]), "sha256": res["ok"][p]} for p in sorted(by_path)
+        ]
+        if params.get("release_manifest"):
+            release, more = cross_check_release(root, params["release_manifest"], res, by_path)
+            errors += more
+        digest = manifest_digest(verified)
+
+    written = False
+    if complete and not errors and params.get("write_manifest"):
+        doc = {
+            "format": MANIFEST_FORMAT,
+            "digest": digest,
+            "repos": params.get("repos") or [],
+            "files": verified,
+        }
+        if release:
+            doc["release"] = release
+        written = write_manifest(params["write_manifest"], doc, check_mode)
+
+    if not check_mode:
+        cache.keep_only(set(by_path))
+        cache.save()
+    progress.maybe_write(force=True, state="done")
+    elapsed = round(time.monotonic() - start, 2)
+    bad_bytes = sum(int(by_path[b["path"]]["size"]) for b in res["bad"])
+    result = {
+        "changed": bool(removed or pruned or written),
+        "complete": complete and not errors,
+        "ok_files": len(res["ok"]),
+        "missing": res["missing"],
+        "bad": res["bad"],
+        "removed": removed,
+        "stray": stray,
+        "pruned": pruned,
+        "errors": errors,
+        "digest": digest,
+        "files": verified,
+        "release": release,
+        "total_bytes": sum(int(f["size"]) for f in files),
+        "missing_bytes": sum(int(by_path[p]["size"]) for p in res["missing"]) + bad_bytes,
+        "hashed_bytes": res["hashed_bytes"],
+        "cache_hits": res["cache_hits"],
+        "elapsed_s": elapsed,
+        "manifest_written": written,
+        "msg": summarize(res, files, removed, errors, elapsed),
+    }
+    if params.get("require_complete") and not result["complete"]:
+        raise WeightsError(f"{root} is not a complete, verified snapshot: {result['msg']}", result)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "cache_file": {"type": "path"},
+            "workers": {"type": "int", "default": 0},
+            "full": {"type": "bool", "default": False},
+            "remove_bad": {"type": "bool", "default": False},
+            "hub_cache": {"type": "path"},
+            "require_complete": {"type": "bool", "default": False},
+            "indexes": {"type": "list", "elements": "dict", "default": []},
+            "release_manifest": {"type": "str", "default": ""},
+            "write_manifest": {"type": "path"},
+            "repos": {"type": "list", "elements": "dict", "default": []},
+            "prune": {"type": "bool", "default": False},
+            "status_file": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module.params, module.check_mode)
+    except WeightsError as exc:
+        extra = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
+        extra.pop("msg", None)
+        module.fail_json(msg=str(exc.args[0]), **extra)
+    except Exception as exc:
+        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
