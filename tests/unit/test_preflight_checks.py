@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,6 @@ def _load(name: str, path: Path):
 
 pf = _load("sparkfleet_preflight", ROOT / "plugins/filter/preflight.py")
 kinds = _load("input_kinds", ROOT / "plugins/module_utils/input_kinds.py")
-probe = _load("sparkfleet_preflight_facts", ROOT / "plugins/modules/preflight_facts.py")
 HEX40 = "f" * 40
 
 
@@ -193,37 +191,3 @@ def test_settings_differ_and_check_lines():
     check = {"name": "docker", "found": "`docker version` fails: x", "fix": "start it"}
     assert pf.check_line(check) == "docker: `docker version` fails: x. Fix: start it"
     assert pf.check_line(check, ok=True) == "docker: `docker version` fails: x"
-
-
-# ---- layer-2 probe helpers ---------------------------------------------------------------------
-
-
-def test_meminfo_thp_and_nearest_existing(tmp_path):
-    mem = probe.meminfo("MemTotal:       128000000 kB\nMemFree:  1000 kB\nMemAvailable:   100000000 kB\n")
-    assert mem == {"total_bytes": 128000000 * 1024, "available_bytes": 100000000 * 1024}
-    assert probe.thp_mode("always madvise [never]\n") == "never"
-    assert probe.thp_mode("[always] madvise never") == "always"
-    assert probe.nearest_existing(str(tmp_path / "a/b/c")) == str(tmp_path)
-
-
-def test_tree_bytes_counts_hard_links_once(tmp_path):
-    (tmp_path / "hub").mkdir()
-    blob = tmp_path / "hub/blob"
-    blob.write_bytes(b"x" * 100_000)
-    os.link(blob, tmp_path / "snapshot")
-    one = probe.tree_bytes(str(tmp_path))
-    assert one == blob.stat().st_blocks * 512
-    assert probe.tree_bytes(str(tmp_path / "missing")) == 0
-
-
-def test_listening_ports():
-    tcp = (
-        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-        "   0: 0100007F:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"
-        "   1: 0100007F:4652 0100007F:22B8 01 00000000:00000000 00:00000000 00000000     0        0 2\n"
-    )
-    tcp6 = (
-        "  sl  local_address                         remote_address                        st\n"
-        "   0: 00000000000000000000000000000000:7332 00000000000000000000000000000000:0000 0A\n"
-    )
-    assert probe.listening_ports([tcp, tcp6], [8888, 18002, 29490, 29522]) == [8888, 29490]
