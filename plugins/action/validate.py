@@ -20,6 +20,7 @@ fact instead of failing, so preflight can report every role's problems at once.
 from __future__ import annotations
 
 import re
+from collections import ChainMap
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,8 @@ def type_problem(name: str, value: Any, spec: dict) -> str | None:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("rules", "uniform", "collect", "entry_point", "reset"))
+    _VALID_ARGS = frozenset(("rules", "uniform", "collect", "entry_point", "reset", "roles"))
+    COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 
     @classmethod
     def finalize_task_arg(cls, name: str, value: Any, templar: Any, context: Any) -> Any:
@@ -140,7 +142,7 @@ class ActionModule(ActionBase):
             return "unset", None
         raw = task_vars[name]
         try:
-            return "ok", self._templar.template(raw)
+            return "ok", self._t.template(raw)
         except AnsibleUndefinedVariable as exc:
             if name in defaults and str(raw) == str(defaults[name]):
                 return "later", None  # the role's own default, computed from facts when the role runs
@@ -151,14 +153,15 @@ class ActionModule(ActionBase):
     @staticmethod
     def _derived(name: str, task_vars: dict, defaults: dict) -> bool:
         raw = defaults.get(name)
-        return isinstance(raw, str) and "{{" in raw and str(task_vars.get(name)) == raw
+        return raw is not None and "{{" in str(raw) and str(task_vars.get(name)) == str(raw)
 
     # ---- the three steps -----------------------------------------------------------------------
     def _check_spec(
         self, options: dict, task_vars: dict, defaults: dict, conditional: set[str]
     ) -> tuple[list[str], set[str]]:
         problems: list[str] = []
-        bad: set[str] = set()
+        bad: set[str] = set(self.carried_bad)
+        self.derived: set[str] = set()
         for name, spec in options.items():
             state, value = self._value(name, task_vars, defaults)
             if state == "unset":
@@ -174,6 +177,7 @@ class ActionModule(ActionBase):
                 bad.add(name)
                 continue
             if self._derived(name, task_vars, defaults):
+                self.derived.add(name)
                 # the role's default, computed from another variable (e.g. sparkfleet_pins): the owner of that
                 # variable reports a bad value; rules about this one are skipped when it is bad
                 if placeholders(name, value) or (value is not None and type_problem(name, value, spec)):
@@ -203,7 +207,7 @@ class ActionModule(ActionBase):
             if name in bad or name not in task_vars:
                 continue
             try:
-                values[name] = self._templar.template(task_vars[name])
+                values[name] = self._t.template(task_vars[name])
             except AnsibleError:
                 continue
         return values
@@ -213,14 +217,14 @@ class ActionModule(ActionBase):
         out = []
         rule = {
             **rule,
-            **self._templar.template({k: rule[k] for k in ("min", "max", "pattern", "fix") if k in rule}),
+            **self._t.template({k: rule[k] for k in ("min", "max", "pattern", "fix") if k in rule}),
         }
         for bound in ("min", "max"):
             if isinstance(rule.get(bound), str) and as_int(rule[bound]) is not None:
                 rule[bound] = as_int(rule[bound])
         for name in names:
             try:
-                value = self._templar.resolve_variable_expression(name)
+                value = self._t.resolve_variable_expression(name)
             except AnsibleUndefinedVariable:
                 continue  # unset: the spec says whether that is allowed
             if value is None and rule.get("optional", True):
@@ -245,10 +249,12 @@ class ActionModule(ActionBase):
             names = [names] if isinstance(names, str) else list(names)
             if bad & set(names):
                 continue
+            if names and set(names) <= self.derived:
+                continue  # computed from another variable, whose own rules speak for it
             try:
-                if rule.get("when") is not None and not self._templar.evaluate_conditional(
-                    conditional=rule["when"]
-                ):
+                whens = rule.get("when")
+                whens = [] if whens is None else [whens] if not isinstance(whens, list) else whens
+                if not all(self._t.evaluate_conditional(conditional=w) for w in whens):
                     continue
                 if "kind" in rule or "min" in rule or "max" in rule:
                     found = self._kind_rule(rule, names, hints or {})
@@ -256,31 +262,92 @@ class ActionModule(ActionBase):
                     bad |= set(names) if found else set()
                     continue
                 if "problems" in rule or "warnings" in rule:
-                    found = [str(p) for p in self._templar.template(rule.get("problems")) or []]
-                    self.warnings_found += [
-                        str(w) for w in self._templar.template(rule.get("warnings")) or []
-                    ]
+                    found = [str(p) for p in self._t.template(rule.get("problems")) or []]
+                    self.warnings_found += [str(w) for w in self._t.template(rule.get("warnings")) or []]
                     problems += found
                     bad |= set(names) if found else set()
                     continue
                 thats = rule.get("that")
                 thats = [thats] if isinstance(thats, str) else list(thats or [])
-                if all(self._templar.evaluate_conditional(conditional=t) for t in thats):
+                if all(self._t.evaluate_conditional(conditional=t) for t in thats):
                     continue
-                problems.append(
-                    str(self._templar.template(rule.get("msg") or f"rule {index} failed: {thats}"))
-                )
+                problems.append(str(self._t.template(rule.get("msg") or f"rule {index} failed: {thats}")))
                 bad |= set(names)
             except AnsibleError as exc:
                 first = exc.message.splitlines()[0]
                 msg = rule.get("msg")
                 try:
-                    shown = str(self._templar.template(msg)) if msg else f"rules[{index}]"
+                    shown = str(self._t.template(msg)) if msg else f"rules[{index}]"
                 except AnsibleError:
                     shown = f"{', '.join(names) or f'rules[{index}]'}: {msg}"
                 problems.append(f"{shown} (the check could not be evaluated: {first})")
                 bad |= set(names)
         return problems
+
+    def _check_role(
+        self, role: str, options: dict, defaults: dict, args: dict, values: Any
+    ) -> tuple[list[str], list[str], dict[str, Any]]:
+        """One role's problems, warnings and uniform values, with `values` as its variables."""
+        rules = list(args.get("rules") or [])
+        conditional = {
+            n
+            for r in rules
+            if isinstance(r, dict) and r.get("when") is not None
+            for n in ([r["var"]] if isinstance(r.get("var"), str) else list(r.get("var") or []))
+        }
+        problems, bad = self._check_spec(options, values, defaults, conditional)
+        uniform = self._uniform_values(list(args.get("uniform") or []), values, bad)
+        hints = {name: hint(spec) for name, spec in options.items()}
+        problems += self._check_rules(rules, bad, hints)
+        self.carried_bad = bad
+        return problems, list(self.warnings_found), uniform
+
+    def _load_role(self, name: str) -> tuple[dict, dict, dict, dict, Path]:
+        """A role of this collection as Ansible reads it: spec, defaults, vars, its validate task's args."""
+        path = self.COLLECTION_ROOT / "roles" / name
+        if not (path / "tasks/validate.yml").exists():
+            raise AnsibleError(f"sparkfleet.cluster.validate: role {name} has no tasks/validate.yml")
+        spec_file = path / "meta/argument_specs.yml"
+        specs = yaml.safe_load(spec_file.read_text()) if spec_file.exists() else {}
+        options = ((specs or {}).get("argument_specs") or {}).get("main", {}).get("options") or {}
+
+        def load(rel: str) -> Any:
+            f = path / rel
+            return self._loader.load_from_file(str(f), trusted_as_template=True) if f.exists() else None
+
+        args: dict = {}
+        for task in load("tasks/validate.yml") or []:
+            for key in ("sparkfleet.cluster.validate", "validate"):
+                if isinstance(task, dict) and key in task:
+                    args = dict(task[key] or {})
+        return options, dict(load("defaults/main.yml") or {}), dict(load("vars/main.yml") or {}), args, path
+
+    def _check_roles(self, names: list, task_vars: dict) -> tuple[list[dict], list[dict], dict]:
+        """Preflight: every role's validation for this node in one task, each role with its own defaults
+        and vars under the inventory's values (as when the role runs)."""
+        problems: list[dict] = []
+        warnings: list[dict] = []
+        values: dict = {}
+        self.carried_bad = set()  # a later role's rule about a variable an earlier role refused is skipped
+        earlier: list[dict] = []
+        for name in names:
+            options, defaults, role_vars, args, path = self._load_role(str(name))
+            # as in a play: the earlier roles' defaults stay visible (cluster_plan's port table, ...)
+            layered = ChainMap(
+                role_vars,
+                task_vars,
+                defaults,
+                *earlier,
+                {"role_path": str(path), "ansible_search_path": [str(path), str(path / "tasks")]},
+            )
+            earlier.insert(0, defaults)
+            self._t = self._templar.copy_with_new_env(available_variables=layered)
+            own_defaults = {k: v for k, v in defaults.items() if k not in task_vars}
+            found, warned, uniform = self._check_role(name, options, own_defaults, args, layered)
+            problems += [{"role": name, "msg": p} for p in found]
+            warnings += [{"role": name, "msg": w} for w in warned]
+            values.update({k: {"role": name, "value": v} for k, v in uniform.items()})
+        return problems, warnings, values
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
@@ -295,19 +362,24 @@ class ActionModule(ActionBase):
             }
             result.update(changed=False, ansible_facts=empty, msg="verdict reset")
             return result
+        if self._task.args.get("roles"):
+            problems, warnings, values = self._check_roles(list(self._task.args["roles"]), task_vars)
+            known = list(task_vars.get("sparkfleet_validation_problems") or [])
+            seen = list(task_vars.get("sparkfleet_validation_warnings") or [])
+            result.update(changed=False, msg=f"{len(problems)} problem(s) recorded")
+            result["ansible_facts"] = {
+                "sparkfleet_validation_problems": known + problems,
+                "sparkfleet_validation_warnings": seen + warnings,
+                "sparkfleet_validation_values": {
+                    **(task_vars.get("sparkfleet_validation_values") or {}),
+                    **values,
+                },
+            }
+            return result
         role, options, defaults = self._role_files()
-        rules = list(self._task.args.get("rules") or [])
-        conditional = {
-            n
-            for r in rules
-            if isinstance(r, dict) and r.get("when") is not None
-            for n in ([r["var"]] if isinstance(r.get("var"), str) else list(r.get("var") or []))
-        }
-        problems, bad = self._check_spec(options, task_vars, defaults, conditional)
-        uniform = self._uniform_values(list(self._task.args.get("uniform") or []), task_vars, bad)
-        hints = {name: hint(spec) for name, spec in options.items()}
-        problems += self._check_rules(rules, bad, hints)
-        warnings = list(self.warnings_found)
+        self._t = self._templar
+        self.carried_bad = set()
+        problems, warnings, uniform = self._check_role(role, options, defaults, self._task.args, task_vars)
         collect = self._task.args.get("collect")
         if collect is None:
             collect = task_vars.get("sparkfleet_validate_collect", False)

@@ -63,13 +63,18 @@ def good(topology: str = "tp2") -> dict:
                 "hf_client": {"huggingface_hub": "2.4.0"},
             }
         },
-        "other": {},
+        "other": {"model_weights_release_manifest": "SHA256SUMS"},
     }
 
 
 def hosts_of(inv: dict) -> dict:
     groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
     return {**groups["head"]["hosts"], **groups["workers"]["hosts"]}
+
+
+def all_hosts_of(inv: dict) -> list[str]:
+    """Every host of group cluster, also one listed directly under it."""
+    return sorted({*hosts_of(inv), *inv["hosts"]["all"]["children"]["cluster"].get("hosts", {})})
 
 
 def set_host(name: str, **values) -> Callable[[dict], None]:
@@ -111,9 +116,15 @@ def move_head_to_workers(inv: dict) -> None:
 
 
 def stray_host(inv: dict) -> None:
-    inv["hosts"]["all"]["children"]["cluster"]["hosts"] = {
-        "spark9": {"ansible_host": "127.0.0.19", "sparkfleet_node": 9}
-    }
+    """spark3 directly under cluster, in neither head nor workers (the host count stays right)."""
+    groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
+    inv["hosts"]["all"]["children"]["cluster"]["hosts"] = {"spark3": groups["workers"]["hosts"].pop("spark3")}
+
+
+def two_heads(inv: dict) -> None:
+    groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
+    groups["head"]["hosts"].update(groups["workers"]["hosts"])
+    groups["workers"]["hosts"] = {}
 
 
 def host_var(name: str, **values) -> Callable[[dict], None]:
@@ -135,11 +146,10 @@ CASES = [
      "sparkfleet_topology='tp3' needs exactly 3"),
     ("tp2-with-3-hosts", "tp2", add_host("workers", "spark3", ansible_host="127.0.0.13", sparkfleet_node=3),
      "sparkfleet_topology='tp2' needs exactly 2"),
-    ("two-heads", "tp2", add_host("head", "spark3", ansible_host="127.0.0.13", sparkfleet_node=3),
-     "group head=['spark1', 'spark3']: expected exactly one host"),
+    ("two-heads", "tp2", two_heads, "group head=['spark1', 'spark2']: expected exactly one host"),
     ("no-head", "tp2", move_head_to_workers, "group head=[]: expected exactly one host"),
-    ("host-outside-head-and-workers", "tp2", stray_host,
-     "spark9 is in cluster but neither in head nor in workers"),
+    ("host-outside-head-and-workers", "tp3", stray_host,
+     "spark3 is in cluster but neither in head nor in workers"),
     ("duplicate-node", "tp2", set_host("spark2", sparkfleet_node=1),
      "spark2: sparkfleet_node=1 is already spark1's"),
     ("duplicate-address", "tp2", set_host("spark2", ansible_host="127.0.0.11"),
@@ -200,12 +210,12 @@ CASES = [
     ("renderer-unknown", "tp2", set_var("other", network_links_renderer="ifupdown"),
      "network_links_renderer='ifupdown': expected one of auto, networkd, NetworkManager"),
     ("mgmt-iface-is-a-rail", "tp2", set_var("cluster", sparkfleet_mgmt_iface="enp1s0f1np1"),
-     "network_links_mgmt_iface=enp1s0f1np1 (the management link) is a fabric rail of the plan"),
+     "network_links_mgmt_iface=enp1s0f1np1 (the management link) is a fabric rail"),
     # role host_tuning
     ("swappiness-zero", "tp2", set_var("other", host_tuning_vm_swappiness=0),
      "host_tuning_vm_swappiness=0: expected a whole number between 1 and 200; keep it >= 1"),
-    ("min-free-differs-on-one-node", "tp2", host_var("spark2", host_tuning_vm_min_free_kbytes=1048576),
-     "spark2: host_tuning: host_tuning_vm_min_free_kbytes=1048576 on spark2 differs from spark1's"),
+    ("min-free-differs-on-one-node", "tp2", host_var("spark2", host_tuning_vm_min_free_kbytes=262144),
+     "spark2: host_tuning: host_tuning_vm_min_free_kbytes=262144 on spark2 differs from spark1's 1048576"),
     ("64k-kernel-version-placeholder", "tp3",
      set_var("other", host_tuning_kernel_profile="64k", host_tuning_kernel_64k_version="CHANGE-ME"),
      "host_tuning_kernel_64k_version='CHANGE-ME' is the sample inventory's placeholder"),
@@ -256,7 +266,7 @@ CASES = [
     ("api-off-loopback-without-key", "tp2", set_var("other", engine_service_host="0.0.0.0"),  # noqa: S104 - an inventory value, not a bind
      "engine_service_host=0.0.0.0 exposes the API beyond loopback without a key"),
     ("gpus-maybe", "tp2", set_var("other", engine_service_gpus="maybe"),
-     "engine_service_gpus=maybe: expected auto, true or false"),
+     "engine_service_gpus='maybe': expected one of auto, True, False"),
     ("model-name-differs-on-one-node", "tp2", host_var("spark2", engine_service_served_model_name="other"),
      "spark2: engine_service: engine_service_served_model_name='other' on spark2 differs from spark1's"),
     # role preflight
@@ -319,11 +329,11 @@ def results(tmp_path_factory) -> dict[str, dict]:
     for case_id, topology, mutate, _expected in CASES:
         inv = good(topology)
         mutate(inv)
-        jobs[case_id] = (inv, hosts_of(inv))
-    jobs["control-good-tp3"] = (good("tp3"), hosts_of(good("tp3")))
+        jobs[case_id] = (inv, all_hosts_of(inv))
+    jobs["control-good-tp3"] = (good("tp3"), all_hosts_of(good("tp3")))
     short = good("tp2")
     short["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
-    jobs["control-short-revision"] = (short, hosts_of(short))
+    jobs["control-short-revision"] = (short, all_hosts_of(short))
 
     def one(item):
         case_id, (inv, _hosts) = item
@@ -333,7 +343,7 @@ def results(tmp_path_factory) -> dict[str, dict]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(pool.map(one, jobs.items()))
     for case_id, (_inv, hosts) in jobs.items():
-        done[case_id]["cluster_hosts"] = sorted(hosts)
+        done[case_id]["cluster_hosts"] = hosts
     return done
 
 
