@@ -132,11 +132,14 @@ class Progress:
         show_diff: bool = False,
         width: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        listing: bool = False,
     ) -> None:
         self.stream = stream
         self.tty = bool(stream.isatty()) if tty is None else tty
         self.verbosity = verbosity
         self.show_diff = show_diff
+        # --list-hosts, --list-tasks, --list-tags, --syntax-check: ansible's own text is the output
+        self.listing = listing
         self.width = width
         self.clock = clock
         self.started = clock()
@@ -357,7 +360,8 @@ class Progress:
             if head.startswith("[ERROR]"):
                 self._in_error = True
             show = (
-                self.verbosity >= 2
+                self.listing
+                or self.verbosity >= 2
                 or self._in_error
                 or head.startswith("[WARNING]")
                 or (self.verbosity >= 1 and head.startswith("[DEPRECATION"))
