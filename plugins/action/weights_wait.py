@@ -1,10 +1,18 @@
-# Wait for an async model_weights task and print its progress between polls (runs on the controller).
+# Wait for an async model_weights task and report its progress between polls (runs on the controller).
+# Each poll is sent as an async-poll event of this task (plugin_utils/progress.py): bytes done/total,
+# rate and ETA, per worker for a copy, reach sparkfleet's display and every callback at normal verbosity.
 from __future__ import annotations
 
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.progress import (
+    PROGRESS_DATA_KEY,
+    PROGRESS_KEY,
+    from_status_file,
+    report,
+)
 
 display = Display()
 
@@ -56,14 +64,16 @@ class ActionModule(ActionBase):
             if poll.get("failed") or poll.get("unreachable"):
                 result.update(failed=True, msg=f"polling the job failed: {poll.get('msg')}")
                 return result
-            line = (poll.get("progress") or {}).get("line")
+            status = poll.get("progress") or {}
+            line = status.get("line")
             now = time.monotonic()
             if poll.get("finished"):
-                if line and line != last_line:
-                    display.display(f"  {host}: {line}")
                 break
-            if line and (line != last_line or now - last_print >= 60):
-                display.display(f"  {host}: {line}")
+            event = {"ansible_job_id": job.get("ansible_job_id"), "started": 1, "finished": 0}
+            if line:
+                event.update({PROGRESS_KEY: line, PROGRESS_DATA_KEY: from_status_file(status)})
+            if not report(self._task, event) and line and (line != last_line or now - last_print >= 60):
+                display.display(f"  {host}: {line}")  # no worker queue: plain output, as before
                 last_line, last_print = line, now
             if now - start > timeout:
                 result.update(
@@ -81,6 +91,9 @@ class ActionModule(ActionBase):
         outcome = dict(poll.get("job") or {})
         for key in INTERNAL:
             outcome.pop(key, None)
+        final = (poll.get("progress") or {}).get("line")
+        if final:
+            outcome.setdefault(PROGRESS_KEY, final)  # the last word of the step: 100 %, or where it stopped
         result.update(outcome)
         result["changed"] = bool(outcome.get("changed"))
         if outcome.get("failed"):

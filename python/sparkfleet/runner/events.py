@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkfleet import progress as _progress
+from sparkfleet import text as _text
 from sparkfleet.runner.result import (
     STATUS_BY_EXIT,
     Failure,
@@ -87,7 +87,7 @@ class Collector:
 
     @staticmethod
     def _failure(kind: str, host: str, data: dict[str, Any], res: dict[str, Any]) -> Failure:
-        msg, detail = _progress.plain_failure(res, unreachable=kind == "unreachable")
+        msg, detail = _text.plain_failure(res, unreachable=kind == "unreachable")
         rc = res.get("rc")
         return Failure(
             kind=kind,
@@ -102,7 +102,7 @@ class Collector:
         )
 
     def _verbose(self, text: str) -> None:
-        for line in _progress.strip_ansi(text).splitlines():
+        for line in _text.strip_ansi(text).splitlines():
             if line.startswith("[ERROR]:") or (self.error_lines and len(self.error_lines) < 40):
                 self.error_lines.append(line.rstrip())
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkfleet import progress as _progress
+from sparkfleet import text as _text
 from sparkfleet.runner.events import Collector
 from sparkfleet.runner.interrupt import Interrupt
 from sparkfleet.runner.project import find_project, new_run_dir, resolve
@@ -336,6 +337,6 @@ def run_playbook(
     with contextlib.suppress(OSError):
         (artifacts / "sparkfleet-result.json").write_text(json.dumps(result.to_dict(), indent=2))
     if not quiet:
-        sys.stdout.write(_progress.render_recap(result))
+        sys.stdout.write(_text.render_recap(result))
         sys.stdout.flush()
     return result
