@@ -34,6 +34,8 @@ from sparkfleet.runner import (
 )
 from sparkfleet.tables import CLI_TABLES_VAR, TABLES
 
+PLAN_FORMATS = ("text", "mermaid", "svg")
+
 EXIT_USAGE = 64
 
 DESCRIPTION = (
@@ -313,8 +315,60 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("playbook", metavar="PLAYBOOK", help="the playbook to run")
     run.set_defaults(func=_run_verb, verb_vars={}, verb_tags=None, table=None)
 
+    plan = subparsers.add_parser(
+        "plan",
+        help="draw the cluster's cabling and addressing plan from the inventory; contacts no host",
+        description=(
+            "Draw the cabling and addressing plan (nodes, ranks, QSFP ports, rails, subnets, addresses) "
+            "that role cluster_plan computes, from the inventory alone: no host is contacted."
+        ),
+    )
+    plan.add_argument(
+        "-i",
+        "--inventory",
+        dest="inventories",
+        action="append",
+        required=True,
+        metavar="INVENTORY",
+        help="inventory directory or file; repeat to layer (later ones win)",
+    )
+    plan.add_argument("--format", choices=PLAN_FORMATS, default="text", help="text (default), mermaid or svg")
+    plan.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    plan.add_argument(
+        "--vault-password-file",
+        dest="vault_password_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="for vault-encrypted inventory files; repeatable",
+    )
+    plan.add_argument("-J", "--ask-vault-pass", dest="ask_vault_pass", action="store_true", help="ask for it")
+    plan.add_argument(
+        "--project-dir", default=argparse.SUPPRESS, metavar="DIR", help="the sparkfleet checkout to run from"
+    )
+    plan.set_defaults(func=_run_plan)
+
     _register_lab(subparsers)
     return parser
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from sparkfleet.plan import RENDER, load_plan
+
+    project = find_project(getattr(args, "project_dir", None))
+    vault_password = ask_password("Vault password: ") if args.ask_vault_pass else None
+    plan = load_plan(
+        args.inventories,
+        project,
+        vault_password_files=args.vault_password_files,
+        vault_password=vault_password,
+    )
+    text = RENDER[args.format](plan)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _register_lab(subparsers: argparse._SubParsersAction) -> None:
