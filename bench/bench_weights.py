@@ -138,25 +138,21 @@ t0 = time.perf_counter(); [t.start() for t in ts]; [t.join() for t in ts]
 print(time.perf_counter() - t0)
 """
 HARNESS = r"""
-import importlib.util, json, sys, time
+import importlib.util, json, sys, time, types
+# the collection's module_utils, copied below ansible_collections/ (namespace packages); the node has no
+# ansible: the module's AnsibleModule import gets a stand-in (run() never uses it)
 sys.path.insert(0, "/var/tmp/sparkfleet-bench")
-UTILS = "ansible_collections.sparkfleet.cluster.plugins.module_utils"
-spec = importlib.util.spec_from_file_location(UTILS + ".weights", "/var/tmp/sparkfleet-bench/weights.py")
-mu = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mu
-import types; sys.modules.setdefault("ansible", types.ModuleType("ansible"))
-sys.modules.setdefault("ansible.module_utils", types.ModuleType("ansible.module_utils"))
-parts = UTILS.split(".")
-for i in range(1, len(parts) + 1):
-    sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+for name in ("ansible", "ansible.module_utils"):
+    sys.modules.setdefault(name, types.ModuleType(name))
 basic = types.ModuleType("ansible.module_utils.basic"); basic.AnsibleModule = object
 sys.modules["ansible.module_utils.basic"] = basic
-spec.loader.exec_module(mu)
 spec = importlib.util.spec_from_file_location("dist", "/var/tmp/sparkfleet-bench/weights_distribute.py")
 dist = importlib.util.module_from_spec(spec); spec.loader.exec_module(dist)
 params = json.loads(open(sys.argv[1]).read())
 t0 = time.perf_counter(); out = dist.run(params)
 print(json.dumps({"elapsed": time.perf_counter() - t0, "bytes": out["bytes"]}))
 """
+UTILS_DIR = "/var/tmp/sparkfleet-bench/ansible_collections/sparkfleet/cluster/plugins/module_utils"
 
 
 def bench_distribute(total_mb: int) -> list[dict]:
@@ -209,14 +205,12 @@ def bench_distribute(total_mb: int) -> list[dict]:
     for p in procs:
         p.wait(timeout=60)
     # candidate: the role's distribution module, run on the head with the same files and links
-    lab.exec(head, "mkdir", "-p", "/var/tmp/sparkfleet-bench")
-    for f in (
-        ROOT / "plugins/module_utils/weights.py",
-        ROOT / "plugins/modules/weights_distribute.py",
-    ):
-        subprocess.run(
-            ["docker", "cp", str(f), f"{lab.container(head)}:/var/tmp/sparkfleet-bench/{f.name}"], check=True
-        )
+    lab.exec(head, "mkdir", "-p", UTILS_DIR)
+    copies = [(f, f"{UTILS_DIR}/{f.name}") for f in sorted((ROOT / "plugins/module_utils").glob("*.py"))]
+    module = ROOT / "plugins/modules/weights_distribute.py"
+    copies.append((module, f"/var/tmp/sparkfleet-bench/{module.name}"))
+    for f, dest in copies:
+        subprocess.run(["docker", "cp", str(f), f"{lab.container(head)}:{dest}"], check=True)
     params = {
         "src": src,
         "dest": dst,

@@ -360,8 +360,11 @@ def _hosts_from_hostvars(hostvars: Mapping, groups: Mapping) -> dict[str, dict[s
         mgmt = (
             hv["sparkfleet_mgmt_address"] if "sparkfleet_mgmt_address" in hv else hv.get("ansible_host", host)
         )
+        node = hv.get("sparkfleet_node")
+        if isinstance(node, str) and node.strip().isdigit():  # `-e`/ini inventories give strings
+            node = int(node.strip())
         out[host] = {
-            "node": hv.get("sparkfleet_node"),
+            "node": node,
             "mgmt_address": mgmt,
             "group": "head" if host in head else "workers",
         }

@@ -1,212 +1,33 @@
-"""Preflight layer 1: the inventory alone (no facts, no connection), checked before anything runs.
+"""Preflight's inventory-shape checks and the pins' formats (no facts, no connection).
 
-`sparkfleet_preflight_inventory(hostvars, groups, table)` returns {"problems": [...], "warnings": [...]}.
-Every problem names the variable (and host), the bad value and what is expected or how to fix it.
-It checks the inventory's shape (groups, one head, node numbers, management addresses), the pins
-table, and every variable of the data table (roles/preflight/vars/main.yml) that is defined.
-The cluster plan's own inputs (cabling, subnets) are checked by cluster_plan's
-`sparkfleet_plan_problems`, which the preflight tasks run next to this one.
-Pure Python over plain mappings, unit-tested directly.
+- `inventory_problems(hostvars, groups)`: the inventory's shape - groups cluster > {head, workers},
+  one head, the host count of the topology, each Spark's own node number and management address.
+  Role cluster_plan's validation runs it (tasks/validate.yml).
+- `pin_problems(pins)` / `pin_warnings(pins)`: the pins table (role sparkfleet's validation).
+- `cluster_value`, `settings_differ`, `check_line`: helpers of preflight layer 2.
+Every problem names the variable (and host), the bad value and the fix. Pure Python over plain
+mappings, unit-tested directly.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-PLACEHOLDER = "CHANGE-ME"
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import (
+    DIGEST,
+    GIT_URL,
+    HEX40,
+    HEX_SHORT,
+    HF_REPO,
+    IMAGE,
+    PLACEHOLDER,
+    VERSION,
+    k_host,
+)
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import show as _show
+
 NODE_COUNT = {"tp2": 2, "tp3": 3}
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX_SHORT = re.compile(r"^[0-9a-f]{7,12}$")
-HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-GIT_URL = re.compile(r"^(?:(?:https?|git|ssh|file)://[^\s]+|[\w.-]+@[\w.-]+:[^\s]+)$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-# A Docker image reference without a digest: [registry[:port]/]path[:tag]
-_COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE = re.compile(
-    rf"^(?:(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?::[0-9]+)?/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?$"
-)
-VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+){1,3}$")
-IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
-HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
-INT_TEXT = re.compile(r"^[0-9]+$")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _as_int(v: Any) -> int | None:
-    """Whole numbers, also as digit strings (`-e key=value` gives strings)."""
-    if _is_int(v):
-        return int(v)
-    if isinstance(v, str) and INT_TEXT.match(v.strip()):
-        return int(v.strip())
-    return None
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, str):
-        return repr(str(v))
-    if isinstance(v, Mapping):
-        return repr(dict(v))
-    return repr(v)
-
-
-# ---- value kinds of the data table ------------------------------------------------------------
-# Each returns None when the value is fine, else what is expected.
-
-
-def _k_bool(v: Any, row: Mapping) -> str | None:
-    if isinstance(v, bool):
-        return None
-    return "true or false as a YAML boolean (no quotes; on the command line -e '{\"VAR\": true}')"
-
-
-def _k_int(v: Any, row: Mapping) -> str | None:
-    n = _as_int(v)
-    lo, hi = row.get("min"), row.get("max")
-    if lo is not None and hi is not None:
-        rng = f" between {lo} and {hi}"
-    elif lo is not None:
-        rng = f" >= {lo}"
-    elif hi is not None:
-        rng = f" <= {hi}"
-    else:
-        rng = ""
-    if n is None or (lo is not None and n < lo) or (hi is not None and n > hi):
-        return f"a whole number{rng}"
-    return None
-
-
-def _k_port(v: Any, row: Mapping) -> str | None:
-    n = _as_int(v)
-    if n is None or not 1 <= n <= 65535:
-        return "a TCP port, a whole number 1..65535"
-    return None
-
-
-def _k_mhz(v: Any, row: Mapping) -> str | None:
-    n = _as_int(v)
-    lo, hi = row.get("min", 100), row.get("max", 10000)
-    if n is None or (n != 0 and not lo <= n <= hi):
-        return f"a clock in whole MHz: 0 (stock) or {lo}..{hi}"
-    return None
-
-
-def _k_abs_path(v: Any, row: Mapping) -> str | None:
-    if (
-        not isinstance(v, str)
-        or not v.startswith("/")
-        or "\n" in v
-        or "//" in v.rstrip("/")
-        or v.strip() != v
-    ):
-        return "an absolute path (starting with /)"
-    pattern = row.get("pattern")
-    if pattern and not re.match(pattern, v):
-        return f"an absolute path matching {pattern}"
-    return None
-
-
-def _k_choice(v: Any, row: Mapping) -> str | None:
-    choices = list(row.get("choices", []))
-    return None if v in choices else f"one of {', '.join(map(str, choices))}"
-
-
-def _k_ip(v: Any, row: Mapping) -> str | None:
-    try:
-        ipaddress.ip_address(str(v))
-    except ValueError:
-        return "an IP address"
-    return None
-
-
-def _k_cidr(v: Any, row: Mapping) -> str | None:
-    try:
-        ipaddress.ip_network(str(v), strict=True)
-    except ValueError:
-        return "a network in CIDR form, e.g. 10.12.1.0/24 (host bits zero)"
-    return None
-
-
-def _k_ifname(v: Any, row: Mapping) -> str | None:
-    return None if isinstance(v, str) and IFNAME.match(v) else "a network interface name (1-15 characters)"
-
-
-def _k_str(v: Any, row: Mapping) -> str | None:
-    if not isinstance(v, str) or not v.strip():
-        return "a non-empty string"
-    pattern = row.get("pattern")
-    if pattern and not re.match(pattern, v):
-        return f"a string matching {pattern}"
-    return None
-
-
-def _k_list(v: Any, row: Mapping) -> str | None:
-    return None if isinstance(v, list) else "a YAML list"
-
-
-KINDS: dict[str, Callable[[Any, Mapping], str | None]] = {
-    "bool": _k_bool,
-    "int": _k_int,
-    "port": _k_port,
-    "mhz": _k_mhz,
-    "abs_path": _k_abs_path,
-    "choice": _k_choice,
-    "ip": _k_ip,
-    "cidr": _k_cidr,
-    "ifname": _k_ifname,
-    "str": _k_str,
-    "list": _k_list,
-}
-
-
-def check_value(name: str, value: Any, row: Mapping, where: str = "") -> str | None:
-    """One problem sentence for a bad value, else None."""
-    prefix = f"{where}: " if where else ""
-    fix = row.get("fix") or f"fix {name} in {row.get('file', 'the inventory group_vars')}"
-    if isinstance(value, str) and value.strip() == PLACEHOLDER:
-        return (
-            f"{prefix}{name}={_show(value)} is the sample inventory's placeholder: set a real value ({fix})"
-        )
-    kind = row.get("kind")
-    check = KINDS.get(kind)
-    if check is None:
-        return f"preflight table row for {name}: unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})"
-    expected = check(value, row)
-    if expected is None:
-        return None
-    return f"{prefix}{name}={_show(value)}: expected {expected.replace('VAR', name)}; {fix}"
-
-
-def table_problems(values: Mapping[str, Mapping[str, Any]], table: list[Mapping]) -> list[str]:
-    """`values`: {host: {var: value}} for the variables that are defined; one problem per bad value.
-    A value that is the same on every host is reported once (it comes from group_vars)."""
-    problems: list[str] = []
-    for row in table:
-        name = row.get("var")
-        if not isinstance(name, str):
-            problems.append(f"preflight table row {dict(row)!r}: it needs var: <variable name>")
-            continue
-        seen: dict[str, list[str]] = {}
-        cond = row.get("only_if") or {}
-        for host, hv in values.items():
-            if name not in hv:
-                continue
-            if cond and hv.get(cond.get("var")) != cond.get("equals"):
-                continue  # e.g. the 64K kernel version matters only on the 64K profile
-            msg = check_value(name, hv[name], row)
-            if msg:
-                seen.setdefault(msg, []).append(host)
-        for msg, hosts in seen.items():
-            where = "" if len(hosts) == len(values) else f"{', '.join(sorted(hosts))}: "
-            problems.append(where + msg)
-    return problems
 
 
 PINS_FILE = "group_vars/all/pins.yml"
@@ -251,7 +72,15 @@ def _engine_pin(e: Mapping, problems: list[str], warnings: list[str]) -> None:
         problems.append(_placeholder(path, repo, "set the engine's git repository (owner/name or a git URL)"))
     elif not (isinstance(repo, str) and (HF_REPO.match(repo) or GIT_URL.match(repo))):
         problems.append(f"{path}={_show(repo)}: expected owner/name or a git URL (https://, git://, ssh://)")
-    _revision("sparkfleet_pins.engine.commit", e["commit"], problems, warnings)
+    commit = e["commit"]
+    if commit == PLACEHOLDER:
+        problems.append(_placeholder("sparkfleet_pins.engine.commit", commit, "pin the full 40-hex commit"))
+    elif not (isinstance(commit, str) and HEX40.match(commit)):
+        problems.append(
+            f"sparkfleet_pins.engine.commit={_show(commit)}: expected the full commit, 40 lowercase hex "
+            "digits (the image is built from and labelled with exactly this commit; a short form as the "
+            f"recipes publish it, a branch or a tag is not enough); set it in {PINS_FILE}"
+        )
 
 
 def _image_pin(e: Mapping, problems: list[str]) -> None:
@@ -360,26 +189,16 @@ def _cluster_wide_problems(
             f"needs exactly {NODE_COUNT[topo]}: fix hosts.yml or sparkfleet_topology in "
             "group_vars/all/cluster.yml"
         )
-    # cluster-wide settings must agree on every host (a host_vars override would split the cluster)
-    for name in ("sparkfleet_topology", "sparkfleet_pins", "sparkfleet_lab"):
-        vals = {h: hosts[h].get(name) for h in cluster if h in hosts}
-        if len({repr(v) for v in vals.values()}) > 1:
-            problems.append(
-                f"{name} differs between hosts ({'; '.join(f'{h}={_show(v)}' for h, v in vals.items())}): "
-                "it is cluster-wide, set it once in group_vars/all"
-            )
     return problems
 
 
 def _node_problem(h: str, node: Any, nodes: dict[int, str]) -> str | None:
     if node is None:
-        return f"{h}: sparkfleet_node is not set: give every Spark its number (1..9) in hosts.yml"
-    if not _is_int(node) or not 1 <= node <= 9:
-        return (
-            f"{h}: sparkfleet_node={_show(node)}: expected a whole number 1..9 without quotes (the Spark's "
-            "number in the cabling plan and the host part of its fabric addresses; the subnet template "
-            "10.<a><b>.<rail>.0/24 needs one digit)"
-        )
+        return None  # role sparkfleet's spec: sparkfleet_node is required
+    try:
+        node = int(node)
+    except (TypeError, ValueError):
+        return None  # not a number: role sparkfleet's rule for sparkfleet_node says so
     if node in nodes:
         return f"{h}: sparkfleet_node={node} is already {nodes[node]}'s: every Spark needs its own number"
     nodes[node] = h
@@ -394,7 +213,7 @@ def _address_problem(h: str, addr: Any, addrs: dict[str, str]) -> str | None:
             f"{h}: ansible_host={_show(addr)} is the sample inventory's placeholder: set the Spark's "
             "management (LAN) address in hosts.yml"
         )
-    if not isinstance(addr, str) or not (_k_ip(addr, {}) is None or HOSTNAME.match(addr)):
+    if k_host(addr, {}) is not None:
         return f"{h}: ansible_host={_show(addr)}: expected an IP address or a host name"
     if addr in addrs:
         return f"{h}: ansible_host={_show(addr)} is also {addrs[addr]}'s: every Spark has its own address"
@@ -402,22 +221,15 @@ def _address_problem(h: str, addr: Any, addrs: dict[str, str]) -> str | None:
     return None
 
 
-def inventory_problems(
-    hosts: Mapping[str, Mapping[str, Any]],
-    groups: Mapping[str, list[str]],
-    table: list[Mapping],
-) -> dict[str, list[str]]:
+def inventory_problems(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]) -> list[str]:
     """`hosts`: {host: {var: value}} of group cluster (only variables that are defined).
     `groups`: the inventory groups (cluster, head, workers)."""
     cluster = list(groups.get("cluster", []))
     if not cluster:
-        return {
-            "problems": [
-                "group cluster is empty or missing: hosts.yml needs all > cluster > {head, workers} "
-                "(copy inventory/tp2 or inventory/tp3)"
-            ],
-            "warnings": [],
-        }
+        return [
+            "group cluster is empty or missing: hosts.yml needs all > cluster > {head, workers} "
+            "(copy inventory/tp2 or inventory/tp3)"
+        ]
     head = list(groups.get("head", []))
     ref = hosts[head[0]] if len(head) == 1 and head[0] in hosts else hosts.get(cluster[0], {})
     problems = _group_problems(groups) + _cluster_wide_problems(hosts, cluster, ref)
@@ -431,34 +243,16 @@ def inventory_problems(
         ):
             if msg:
                 problems.append(msg)
-        mgmt = hv.get("sparkfleet_mgmt_address")
-        if mgmt is not None and _k_ip(mgmt, {}) is not None:
-            problems.append(
-                f"{h}: sparkfleet_mgmt_address={_show(mgmt)}: expected the IP address of {h}'s management "
-                "link (MASTER_ADDR, when ansible_host is a name or a NAT address)"
-            )
-    pins, warnings = pins_problems(ref.get("sparkfleet_pins"))
-    problems += pins
-    problems += table_problems({h: hosts[h] for h in cluster if h in hosts}, table)
-    return {"problems": problems, "warnings": warnings}
+    return problems
 
 
-def _collect(hostvars: Mapping, groups: Mapping, table: list[Mapping]) -> dict[str, dict[str, Any]]:
-    names = {
-        "ansible_host",
-        "sparkfleet_node",
-        "sparkfleet_mgmt_address",
-        "sparkfleet_topology",
-        "sparkfleet_pins",
-        "sparkfleet_lab",
-    }
-    names |= {row["var"] for row in table if isinstance(row.get("var"), str)}
-    names |= {row["only_if"]["var"] for row in table if isinstance(row.get("only_if"), Mapping)}
+def _collect(hostvars: Mapping, groups: Mapping) -> dict[str, dict[str, Any]]:
+    names = ("ansible_host", "sparkfleet_node", "sparkfleet_topology")
     out: dict[str, dict[str, Any]] = {}
     for h in groups.get("cluster", []):
         hv = hostvars[h]
         vals: dict[str, Any] = {}
-        for n in sorted(names):
+        for n in names:
             if n in hv:
                 try:
                     vals[n] = hv[n]
@@ -468,8 +262,16 @@ def _collect(hostvars: Mapping, groups: Mapping, table: list[Mapping]) -> dict[s
     return out
 
 
-def _filter_inventory(hostvars: Mapping, groups: Mapping, table: list[Mapping]) -> dict[str, list[str]]:
-    return inventory_problems(_collect(hostvars, groups, table), groups, list(table))
+def _filter_inventory(hostvars: Mapping, groups: Mapping) -> list[str]:
+    return inventory_problems(_collect(hostvars, groups), groups)
+
+
+def _filter_pin_problems(pins: Any) -> list[str]:
+    return pins_problems(pins)[0]
+
+
+def _filter_pin_warnings(pins: Any) -> list[str]:
+    return pins_problems(pins)[1]
 
 
 def _filter_cluster_value(hostvars: Mapping, groups: Mapping, name: str, fallback: Any = None) -> Any:
@@ -502,6 +304,54 @@ def _filter_settings_differ(hostvars: Mapping, hosts: list[str], regvar: str, ke
     return settings_differ(per_host, list(keys))
 
 
+def validation_verdict(hostvars: Mapping, cluster: list[str]) -> dict[str, list[str]]:
+    """Every role's problems (and warnings) of every validated node, each once: a message all nodes
+    share is shown as is, one that only some nodes have is prefixed with their names."""
+    if not cluster:
+        return {"problems": inventory_problems({}, {"cluster": []}), "warnings": []}
+    cluster = list(cluster)
+    out: dict[str, list[str]] = {"problems": [], "warnings": []}
+    for kind in ("problems", "warnings"):
+        seen: dict[str, list[str]] = {}
+        checked = []
+        for h in cluster:
+            hv = hostvars[h]
+            entries = hv.get(f"sparkfleet_validation_{kind}")
+            if entries is None and kind == "problems":
+                continue  # not in this run's layer 1 (e.g. --limit): nothing to say about it
+            checked.append(h)
+            for entry in entries or []:
+                role = entry.get("role", "?") if isinstance(entry, Mapping) else "?"
+                msg = entry.get("msg") if isinstance(entry, Mapping) else str(entry)
+                hosts = seen.setdefault(f"{role}: {msg}", [])
+                if h not in hosts:
+                    hosts.append(h)
+        every = set(checked) or set(cluster)
+        for msg, hosts in seen.items():
+            out[kind].append(msg if set(hosts) >= every else f"{', '.join(hosts)}: {msg}")
+    out["problems"] += uniform_problems(
+        {h: hostvars[h].get("sparkfleet_validation_values") or {} for h in cluster}, cluster[0]
+    )
+    return out
+
+
+def uniform_problems(values: Mapping[str, Mapping[str, Any]], head: str) -> list[str]:
+    """`values`: {host: {var: {role, value}}} of the variables that must be equal on every node. One
+    problem per node whose value differs from the head's."""
+    problems = []
+    ref = values.get(head) or {}
+    for name, entry in sorted(ref.items()):
+        for host, theirs in values.items():
+            if host == head or name not in theirs or theirs[name].get("value") == entry.get("value"):
+                continue
+            problems.append(
+                f"{host}: {entry.get('role', '?')}: {name}={_show(theirs[name].get('value'))} on {host} "
+                f"differs from {head}'s {_show(entry.get('value'))}: it must be the same on every node; "
+                "set it once in group_vars/all, not in host_vars"
+            )
+    return problems
+
+
 def check_line(check: Mapping[str, Any], ok: bool = False) -> str:
     """One layer-2 check as a sentence: what, what was found, and (for a failed one) the fix."""
     line = f"{check.get('name')}: {str(check.get('found', '')).strip()}"
@@ -511,7 +361,10 @@ def check_line(check: Mapping[str, Any], ok: bool = False) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "preflight_inventory": _filter_inventory,
+            "inventory_problems": _filter_inventory,
+            "pin_problems": _filter_pin_problems,
+            "validation_verdict": validation_verdict,
+            "pin_warnings": _filter_pin_warnings,
             "cluster_value": _filter_cluster_value,
             "settings_differ": _filter_settings_differ,
             "check_line": check_line,

@@ -3,6 +3,7 @@
 # Standard library only: it runs on the nodes (Python 3.11-3.13), inside the hub's venv too.
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -11,7 +12,10 @@ import shutil
 import struct
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 
 CHUNK = 8 << 20  # hashlib drops the GIL for big updates, so threads hash on every core
 MAX_HEADER = 100 << 20
@@ -22,6 +26,24 @@ SHA256_LEN = 64
 
 class WeightsError(Exception):
     pass
+
+
+# ---- a module's main -----------------------------------------------------------------------
+def run_module(module, run, known: tuple[type[Exception], ...] = (WeightsError,)) -> None:
+    """exit_json with what run(params, check_mode) returns, or fail_json with its message.
+
+    An exception of `known` is an expected refusal: its first argument is the message, a dict second
+    argument more result fields. Anything else is a bug: its traceback goes with the failure.
+    """
+    try:
+        result = run(module.params, module.check_mode)
+    except known as exc:
+        extra = dict(exc.args[1]) if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
+        extra.pop("msg", None)
+        module.fail_json(msg=str(exc.args[0]) if exc.args else type(exc).__name__, **extra)
+    except Exception as exc:
+        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
+    module.exit_json(**result)
 
 
 # ---- sizes and formatting -----------------------------------------------------------------
@@ -117,11 +139,8 @@ class StatCache:
     def save(self) -> bool:
         if not self.path or not self.dirty:
             return False
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".partial"
-        with open(tmp, "w") as fh:
-            json.dump({"format": CACHE_FORMAT, "entries": self.entries}, fh, sort_keys=True)
-        os.replace(tmp, self.path)
+        text = json.dumps({"format": CACHE_FORMAT, "entries": self.entries}, sort_keys=True)
+        write_atomic(self.path, text, fsync=False)  # a lost cache only costs a full hash
         self._loaded = json.loads(json.dumps(self.entries))
         return True
 
@@ -257,18 +276,6 @@ def blob_path(hub_cache: str, entry: dict) -> str:
 
 
 # ---- free disk ----------------------------------------------------------------------------
-def free_bytes(path: str) -> tuple[int, str]:
-    """Free bytes for an unprivileged writer on the filesystem that holds `path` (or its parent)."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    st = os.statvfs(probe)
-    return st.f_bavail * st.f_frsize, probe
-
-
 def present_bytes(path: str, size: int, partials: list[str]) -> int:
     """Bytes of a file already on disk: whole when the size matches, else its resumable partial."""
     try:
@@ -366,15 +373,8 @@ class Progress:
         if not force and now - self._last < 1.0:
             return
         self._last = now
-        data = self.snapshot(state)
-        tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.partial"
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(tmp, "w") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # progress is best effort; the work itself is not
+        with contextlib.suppress(OSError):  # progress is best effort; the work itself is not
+            write_atomic(self.path, json.dumps(self.snapshot(state)), fsync=False)
 
 
 # ---- parallel verification ----------------------------------------------------------------

@@ -63,16 +63,16 @@ EXAMPLES = r"""
 import glob
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-
-STATE_HEADER = (
-    "# Written by sparkfleet (role gpu_clocks); do not edit: set gpu_clocks_cpu_cap_mhz.\n"
-    "# The CPU clock cap this node is configured with, in MHz (0 = stock clocks);\n"
-    "# sparkfleet-clocks.service re-applies it at boot.\n"
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import (
+    CPU_KEY,
+    read_cap,
+    state_diff,
+    state_text,
 )
-KEY = "CPU_CLOCK_CAP_MHZ"
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+
 # A driver may round a written ceiling down to a frequency it supports; within this, it counts as set.
 TOLERANCE_KHZ = 25000
 
@@ -124,25 +124,6 @@ def in_effect(policy: dict, wanted: int) -> bool:
     return wanted - TOLERANCE_KHZ <= current <= wanted
 
 
-def read_cap(path: str) -> int | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            match = re.search(rf"^{KEY}=(\d+)\s*$", fh.read(), re.M)
-    except FileNotFoundError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def apply(writes: list[dict], state_file: str, state: str | None) -> None:
     for x in writes:
         with open(os.path.join(x["path"], "scaling_max_freq"), "w", encoding="ascii") as fh:
@@ -182,7 +163,7 @@ def main() -> None:
     )
     p = module.params
     policies = read_policies(p["cpufreq_root"])
-    configured = read_cap(p["state_file"])
+    configured = read_cap(p["state_file"], CPU_KEY)
     skipped = None
     if not policies:
         skipped = f"no cpufreq policies under {p['cpufreq_root']}: this node has no CPU frequency control"
@@ -212,8 +193,7 @@ def main() -> None:
             writes.append(x)
     live = skipped is None
     changed = configured != cap or (live and bool(writes))
-    before = "" if configured is None else f"{STATE_HEADER}{KEY}={configured}\n"
-    after = f"{STATE_HEADER}{KEY}={cap}\n"
+    after = state_text(cap, CPU_KEY)
     if changed and not module.check_mode:
         try:
             apply(writes if live else [], p["state_file"], after if configured != cap else None)
@@ -227,12 +207,7 @@ def main() -> None:
         written=[x["name"] for x in writes] if live else [],
         skipped_reason=skipped,
         report=report(cap, policies, skipped),
-        diff={
-            "before_header": p["state_file"],
-            "after_header": p["state_file"],
-            "before": before,
-            "after": after,
-        },
+        diff=state_diff(p["state_file"], configured, cap, CPU_KEY),
     )
 
 

@@ -54,6 +54,7 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.api_keys import KeyFileError, parse_key_file
 
 WEATHER_TOOL = {
     "type": "function",
@@ -87,14 +88,17 @@ class ApiError(Exception):
 
 
 def read_key(path: str | None) -> str | None:
+    """The first key of the engine's key file (what a client sends as its bearer token)."""
     if not path:
         return None
     with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.strip()
-            if line and not line.startswith("#"):
-                return line
-    raise ApiError(f"{path} holds no API key")
+        try:
+            keys = parse_key_file(fh.read())
+        except KeyFileError as exc:
+            raise ApiError(f"{path}: {exc}") from exc
+    if not keys:
+        raise ApiError(f"{path} holds no API key")
+    return keys[0][1]
 
 
 class Client:

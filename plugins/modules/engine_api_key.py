@@ -33,17 +33,13 @@ import grp
 import hashlib
 import os
 import pwd
-import re
 import secrets
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.api_keys import KeyFileError, parse_key_file
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import read_text, write_atomic
 
-KEY_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
-
-
-def parse_keys(text: str) -> list[str]:
-    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+MIN_KEY_LENGTH = 16
 
 
 def new_key(prefix: str, nbytes: int) -> str:
@@ -61,24 +57,6 @@ def _ids(owner: str | None, group: str | None) -> tuple[int, int]:
     uid = pwd.getpwnam(owner).pw_uid if owner else os.getuid()
     gid = grp.getgrnam(group).gr_gid if group else (pwd.getpwuid(uid).pw_gid if owner else os.getgid())
     return uid, gid
-
-
-def write_private(path: str, text: str, uid: int, gid: int) -> None:
-    """Atomically, and never readable by others on the way (the temp file is 0600 from the start)."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".sparkfleet-", dir=directory)
-    try:
-        os.fchmod(fd, 0o600)
-        os.fchown(fd, uid, gid)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def needs_fix(path: str, uid: int, gid: int, mode: int = 0o600) -> bool:
@@ -103,13 +81,6 @@ def ensure_dir(path: str, uid: int, gid: int, mode: int, check: bool) -> bool:
     return True
 
 
-def _read(path: str) -> str | None:
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
-
-
 def ensure_credentials(module: AnsibleModule, key: str) -> bool:
     p = module.params
     cpath = p["credentials_file"]
@@ -120,9 +91,9 @@ def ensure_credentials(module: AnsibleModule, key: str) -> bool:
     check = module.check_mode
     want = credentials_text(p["credentials_var"], key)
     changed = ensure_dir(os.path.dirname(cpath), cuid, cgid, 0o700, check)
-    if _read(cpath) != want:
+    if read_text(cpath) != want:
         if not check:
-            write_private(cpath, want, cuid, cgid)
+            write_atomic(cpath, want, 0o600, uid=cuid, gid=cgid)
         return True
     if needs_fix(cpath, cuid, cgid):
         if not check:
@@ -158,16 +129,21 @@ def main() -> None:
         module.fail_json(msg=f"unknown owner/group for {path}: {exc}")
     changed = False
     generated = False
-    keys = parse_keys(_read(path) or "")
-    bad = [i for i, k in enumerate(keys, 1) if not KEY_RE.match(k)]
-    if bad:
-        module.fail_json(msg=f"{path}: key(s) {bad} contain whitespace or are shorter than 16 characters")
+    try:
+        keys = [key for _label, key in parse_key_file(read_text(path) or "")]
+    except KeyFileError as exc:
+        module.fail_json(msg=f"{path}: {exc}")
+    short = [i for i, k in enumerate(keys, 1) if len(k) < MIN_KEY_LENGTH]
+    if short:
+        module.fail_json(msg=f"{path}: key(s) {short} are shorter than {MIN_KEY_LENGTH} characters")
     changed |= ensure_dir(os.path.dirname(path), uid, gid, 0o700, check)
     if not keys:
         key = new_key(p["prefix"], p["nbytes"])
         generated = changed = True
         if not check:
-            write_private(path, f"# API keys of the sparkfleet engine, one per line\n{key}\n", uid, gid)
+            write_atomic(
+                path, f"# API keys of the sparkfleet engine, one per line\n{key}\n", 0o600, uid=uid, gid=gid
+            )
         keys = [key]
     elif needs_fix(path, uid, gid):
         changed = True

@@ -30,39 +30,9 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
 
 GIB = 1 << 30
-
-
-def used_bytes(path: str) -> int:
-    """Bytes the directory holds on disk (allocated blocks, like du; hard links counted once)."""
-    total = 0
-    seen: set[tuple[int, int]] = set()
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-    return total
-
-
-def existing_parent(path: str) -> str:
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def free_bytes(path: str) -> int:
-    st = os.statvfs(existing_parent(path))
-    return st.f_bavail * st.f_frsize
 
 
 def shortfall(size_gib: float, used: int, free: int) -> int:
@@ -102,8 +72,8 @@ def main() -> None:
             if not module.check_mode:
                 os.makedirs(path, mode=0o750, exist_ok=True)
                 os.chown(path, pw.pw_uid, pw.pw_gid)
-        used = used_bytes(path) if os.path.isdir(path) else 0
-        free = free_bytes(path)
+        used = tree_bytes(path)
+        free, _measured_at = free_bytes(path)
         missing = shortfall(size, used, free)
         entry = {"name": name, "path": path, "size_gib": size, "used_bytes": used, "free_bytes": free,
                  "created": created}  # fmt: skip

@@ -62,27 +62,12 @@ weights_missing: {description: which of weights_paths do not exist, type: list, 
 
 import json
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import GPU_KEY, read_cap
 
 # `docker run --gpus` needs the hook (nvidia-container-toolkit) or a registered nvidia runtime.
 GPU_RUNTIME_BINARIES = ("nvidia-container-runtime-hook",)
-
-
-def read_cap(path: str | None) -> int | None:
-    """`GPU_CLOCK_CAP_MHZ=N` (or a bare number) from gpu_clocks' state files."""
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            match = re.fullmatch(r"(?:[A-Z_]+=)?(\d+)", line)
-            if match:
-                return int(match.group(1))
-    return None
 
 
 def memlock_limit(limits_text: str) -> int:
@@ -265,8 +250,8 @@ def main() -> None:
     out["memlock_hard"] = memlock_limit(dockerd_proc("limits"))
     out["capabilities"] = bounding_caps(dockerd_proc("status"))
     out["clock"] = {
-        "configured_mhz": read_cap(p["clock_state_file"]),
-        "applied_mhz": read_cap(p["clock_applied_file"]),
+        "configured_mhz": read_cap(p["clock_state_file"], GPU_KEY),
+        "applied_mhz": read_cap(p["clock_applied_file"], GPU_KEY),
     }
     module.exit_json(**out)
 

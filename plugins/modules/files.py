@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # sparkfleet: a role's directories, unit files, drop-ins and helpers in one round trip (stdlib only; runs
-# on the node as root). Shared by several roles (ansible.cfg: library = ./library).
+# on the node as root). Shared by several roles.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -50,9 +50,9 @@ enabled: {description: the units enabled (or to be) in this run, type: list, ret
 import grp
 import os
 import pwd
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 
 
 def current(path: str) -> tuple[str | None, int | None, tuple[int, int] | None]:
@@ -62,22 +62,6 @@ def current(path: str) -> tuple[str | None, int | None, tuple[int, int] | None]:
             return fh.read(), st.st_mode & 0o7777, (st.st_uid, st.st_gid)
     except FileNotFoundError:
         return None, None, None
-
-
-def write_atomic(path: str, content: str, mode: int) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sparkfleet-", dir=directory)
-    try:
-        os.fchmod(fd, mode)
-        os.fchown(fd, 0, 0)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def plan(files: list[dict]) -> list[dict]:
@@ -188,7 +172,7 @@ def main() -> None:
         for t in dirs:
             make_dir(t["path"], t["mode"], t["uid"], t["gid"])
         for t in todo:
-            write_atomic(t["path"], t["content"], t["mode"])
+            write_atomic(t["path"], t["content"], t["mode"], uid=0, gid=0)
         if reload:
             module.run_command([systemctl, "daemon-reload"], check_rc=True)
         for unit in to_enable:

@@ -87,9 +87,15 @@ EXAMPLES = r"""
 
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import (
+    GPU_KEY,
+    read_cap,
+    state_diff,
+    state_text,
+)
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 
 QUERY = "index,name,persistence_mode,clocks.sm,clocks.max.sm,clocks_event_reasons.active"
 REASON_NAMES = {
@@ -103,11 +109,6 @@ REASON_NAMES = {
     0x80: "HW power brake slowdown",
     0x100: "display clock setting",
 }
-STATE_HEADER = (
-    "# Written by sparkfleet (role gpu_clocks); do not edit: set gpu_clocks_cap_mhz and run\n"
-    "# `sparkfleet clocks set <MHz>`. The GPU clock cap this node is configured with, in MHz\n"
-    "# (0 = stock clocks); sparkfleet-clocks.service re-applies it at boot.\n"
-)
 
 
 class ClockError(Exception):
@@ -146,36 +147,6 @@ def parse_gpus(csv: str, latched_below: int) -> list[dict]:
     if not gpus:
         raise ClockError("nvidia-smi reports no GPU")
     return gpus
-
-
-def read_cap(path: str, key: str = "GPU_CLOCK_CAP_MHZ") -> int | None:
-    """The cap recorded in a state or marker file (`KEY=N` lines, or a bare number)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        return None
-    match = re.search(rf"^{key}=(\d+)\s*$", text, re.M) or re.fullmatch(r"\s*(\d+)\s*", text)
-    return int(match.group(1)) if match else None
-
-
-def state_text(cap: int, key: str = "GPU_CLOCK_CAP_MHZ", header: str = STATE_HEADER) -> str:
-    return f"{header}{key}={cap}\n"
-
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def plan(cap: int, gpus: list[dict], configured: int | None, applied: int | None, persistence: bool) -> dict:
@@ -286,8 +257,8 @@ def main() -> None:
         gpus = smi.gpus(latched_below)
     except ClockError as err:
         module.fail_json(msg=str(err))
-    configured = read_cap(p["state_file"])
-    applied = read_cap(p["applied_file"])
+    configured = read_cap(p["state_file"], GPU_KEY)
+    applied = read_cap(p["applied_file"], GPU_KEY)
     result = {
         "changed": False,
         "configured_before": configured,
@@ -316,19 +287,14 @@ def main() -> None:
         changed=changed,
         commands=[f"nvidia-smi {' '.join(c)}" for c in todo["commands"]],
         reasons=todo["reasons"],
-        diff={
-            "before_header": p["state_file"],
-            "after_header": p["state_file"],
-            "before": "" if configured is None else state_text(configured),
-            "after": state_text(cap),
-        },
+        diff=state_diff(p["state_file"], configured, cap, GPU_KEY),
     )
     if changed and not module.check_mode:
         try:
             for args in todo["commands"]:
                 smi.run(args)
             if todo["write_state"]:
-                write_atomic(p["state_file"], state_text(cap))
+                write_atomic(p["state_file"], state_text(cap, GPU_KEY))
             write_atomic(p["applied_file"], f"{cap}\n")
             gpus = smi.gpus(latched_below)
         except (ClockError, OSError) as err:

@@ -82,11 +82,10 @@ EXAMPLES = r"""
     expect: {os: {ubuntu: "24.04"}, kernel_min: "6.11", driver_min: "580.95.05"}
 """
 
-import glob
-import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
 
 # Checks that describe the kernel or the hardware: in a container that is the host's, not the node's.
 HOST_BOUND = {
@@ -109,113 +108,28 @@ def at_least(value: str | None, minimum: str) -> bool:
     return value is not None and version_tuple(value) >= version_tuple(minimum)
 
 
-class Reader:
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def path(self, path: str) -> str:
-        return os.path.join(self.root, path.lstrip("/"))
-
-    def read(self, path: str) -> str | None:
-        try:
-            with open(self.path(path), encoding="utf-8", errors="replace") as fh:
-                return fh.read()
-        except OSError:
-            return None
-
-    def glob(self, pattern: str) -> list[str]:
-        return sorted(glob.glob(self.path(pattern)))
-
-
-def os_release(r: Reader) -> dict:
-    text = r.read("/etc/os-release") or ""
-    values = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', text, re.M))
-    return {
-        "id": values.get("ID", "?"),
-        "version": values.get("VERSION_ID", "?"),
-        "name": values.get("PRETTY_NAME", "?"),
-    }
-
-
-def thp_mode(text: str | None) -> str | None:
-    match = re.search(r"\[(\w+)\]", text or "")
-    return match.group(1) if match else None
-
-
-def swap_state(r: Reader, swapfile: str | None, page_size: int) -> dict:
-    lines = (r.read("/proc/swaps") or "").splitlines()[1:]
-    active_kib = sum(int(line.split()[2]) for line in lines if len(line.split()) >= 3)
-    names = [line.split()[0] for line in lines if line.strip()]
-    info = {"active_mib": active_kib // 1024, "devices": names, "swapfile": swapfile}
-    if swapfile:
-        try:
-            with open(r.path(swapfile), "rb") as fh:
-                fh.seek(page_size - 10)
-                info["swapfile_signature"] = fh.read(10) == b"SWAPSPACE2"
-            info["swapfile_mib"] = os.stat(r.path(swapfile)).st_size >> 20
-        except OSError:
-            info["swapfile_signature"] = False
-            info["swapfile_mib"] = None
-        info["swapfile_active"] = swapfile in names
-    return info
-
-
-def cx7_firmware(r: Reader) -> dict[str, str]:
-    out = {}
-    for path in r.glob("/sys/class/infiniband/*/fw_ver"):
-        try:
-            with open(path, encoding="ascii", errors="replace") as fh:
-                out[os.path.basename(os.path.dirname(path))] = fh.read().strip()
-        except OSError:
-            continue
-    return out
-
-
-def clock_cap(r: Reader, path: str, key: str) -> int | None:
-    """A cap from gpu_clocks' state file (KEY=N) or its applied marker (a bare number)."""
-    text = r.read(path) or ""
-    match = re.search(rf"^{key}=(\d+)\s*$", text, re.M) or re.fullmatch(r"\s*(\d+)\s*", text)
-    return int(match.group(1)) if match else None
-
-
-def driver_version(module: AnsibleModule, r: Reader, nvidia_smi: str) -> str | None:
-    text = r.read("/sys/module/nvidia/version")
-    if text and text.strip():
-        return text.strip()
-    path = module.get_bin_path(nvidia_smi)
-    if not path:
-        return None
-    rc, out, _err = module.run_command([path, "--query-gpu=driver_version", "--format=csv,noheader"])
-    return out.strip().splitlines()[0] if rc == 0 and out.strip() else None
-
-
 def collect(module: AnsibleModule, p: dict) -> dict:
-    r = Reader(p["root"])
-    page_size = p["page_size"] or os.sysconf("SC_PAGE_SIZE")
+    node = NodeProbe(p["root"], kernel_release=p["kernel_release"], page_size=p["page_size"])
     expect = p["expect"]
-    sysctl = {}
-    for key in expect.get("sysctl") or {}:
-        value = r.read("/proc/sys/" + key.replace(".", "/"))
-        sysctl[key] = " ".join(value.split()) if value is not None else None
-    saver = r.read("/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables")
-    state_dir, run_dir = p["state_dir"], p["run_dir"]
+    caps = node.clock_caps(p["state_dir"], p["run_dir"])
+    reboot = node.reboot_required()
     return {
-        "os": os_release(r),
-        "kernel": p["kernel_release"] or os.uname().release,
-        "page_size": page_size,
-        "cmdline": (r.read("/proc/cmdline") or "").split(),
-        "driver": driver_version(module, r, p["nvidia_smi"]),
-        "cx7_firmware": cx7_firmware(r),
-        "nvidia_uvm_loaded": os.path.isdir(r.path("/sys/module/nvidia_uvm")),
-        "memory_saver": None if saver is None else saver.strip() in ("Y", "1"),
-        "thp": thp_mode(r.read("/sys/kernel/mm/transparent_hugepage/enabled")),
-        "swap": swap_state(r, expect.get("swapfile"), page_size),
-        "sysctl": sysctl,
-        "gpu_cap_configured": clock_cap(r, f"{state_dir}/clocks/gpu.conf", "GPU_CLOCK_CAP_MHZ"),
-        "gpu_cap_applied": clock_cap(r, f"{run_dir}/clocks/gpu.applied", "GPU_CLOCK_CAP_MHZ"),
-        "cpu_cap_configured": clock_cap(r, f"{state_dir}/clocks/cpu.conf", "CPU_CLOCK_CAP_MHZ"),
-        "reboot_required_file": r.read("/run/reboot-required") is not None,
-        "reboot_required_pkgs": (r.read("/run/reboot-required.pkgs") or "").split(),
+        "os": node.os_release(),
+        "kernel": node.kernel_release(),
+        "page_size": node.page_size(),
+        "cmdline": node.cmdline(),
+        "driver": node.driver_version(module, p["nvidia_smi"]),
+        "cx7_firmware": node.cx7_firmware(),
+        "nvidia_uvm_loaded": node.nvidia_uvm_loaded(),
+        "memory_saver": node.memory_saver(),
+        "thp": node.thp(),
+        "swap": node.swap(expect.get("swapfile")),
+        "sysctl": {key: node.sysctl(key) for key in expect.get("sysctl") or {}},
+        "gpu_cap_configured": caps["gpu_configured"],
+        "gpu_cap_applied": caps["gpu_applied"],
+        "cpu_cap_configured": caps["cpu_configured"],
+        "reboot_required_file": reboot["required"],
+        "reboot_required_pkgs": reboot["packages"],
     }
 
 

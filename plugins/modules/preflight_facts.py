@@ -68,82 +68,27 @@ listening:
   returned: always
 """
 
-import os
-import re
+
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import read_cap
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
+
+# Kernel parameters preflight compares across nodes (every rank needs the same).
+VM_SETTINGS = ("min_free_kbytes", "swappiness", "watermark_boost_factor")
 
 
-def nearest_existing(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
-
-
-def tree_bytes(path: str) -> int:
-    """Allocated bytes under path, counting hard-linked files once (the hub cache and the snapshot
-    share blobs)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    if not os.path.isdir(path):
-        return 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-            total += st.st_blocks * 512
-    return total
-
-
-def meminfo(text: str) -> dict[str, int]:
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            out[m.group(1)] = int(m.group(2)) * 1024
-    return {
-        "total_bytes": out.get("MemTotal", 0),
-        "available_bytes": out.get("MemAvailable", out.get("MemFree", 0)),
+def settings(node: NodeProbe, gpu_clock_state_file: str) -> dict[str, str]:
+    """What must be identical on every node, as text ("unknown" where the node cannot tell)."""
+    out = {
+        "kernel": node.kernel_release(),
+        "page_size": str(node.page_size()),
+        "transparent_hugepage": node.thp() or "unknown",
     }
-
-
-def thp_mode(text: str) -> str:
-    """'always madvise [never]' -> 'never'."""
-    m = re.search(r"\[(\w+)\]", text or "")
-    return m.group(1) if m else (text or "").strip()
-
-
-def listening_ports(tables: list[str], ports: list[int]) -> list[int]:
-    """Ports of `ports` in LISTEN state (0A) in /proc/net/tcp{,6} texts."""
-    found = set()
-    for text in tables:
-        for line in text.splitlines()[1:]:
-            parts = line.split()
-            if len(parts) < 4 or parts[3] != "0A":
-                continue
-            try:
-                port = int(parts[1].rsplit(":", 1)[1], 16)
-            except (IndexError, ValueError):
-                continue
-            if port in ports:
-                found.add(port)
-    return sorted(found)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    for key in VM_SETTINGS:
+        out[f"vm.{key}"] = node.sysctl(f"vm.{key}") or "unknown"
+    cap = read_cap(gpu_clock_state_file)
+    out["gpu_clock_cap"] = "none recorded" if cap is None else str(cap)
+    return out
 
 
 def main() -> None:
@@ -161,66 +106,21 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    at = nearest_existing(p["weights_path"])
-    st = os.statvfs(at)
-    disk = {
-        "path": p["weights_path"],
-        "measured_at": at,
-        "free_bytes": st.f_bavail * st.f_frsize,
-        "weights_bytes": tree_bytes(p["weights_path"]),
-    }
-    memory = meminfo(_read("/proc/meminfo") or "")
-    settings = {
-        "kernel": os.uname().release,
-        "page_size": str(os.sysconf("SC_PAGE_SIZE")),
-        "transparent_hugepage": thp_mode(_read("/sys/kernel/mm/transparent_hugepage/enabled") or "unknown"),
-    }
-    for key in ("min_free_kbytes", "swappiness", "watermark_boost_factor"):
-        settings[f"vm.{key}"] = (_read(f"/proc/sys/vm/{key}") or "unknown").strip()
-    cap = _read(p["gpu_clock_state_file"])
-    settings["gpu_clock_cap"] = cap.strip() if cap is not None else "none recorded"
-
-    docker = {"ok": False, "version": "", "error": "", "engine_running": False}
-    path = module.get_bin_path(p["docker"])
-    if path is None:
-        docker["error"] = f"{p['docker']} not found in PATH"
-    else:
-        rc, out, err = module.run_command([path, "version", "--format", "{{.Server.Version}}"])
-        docker.update(
-            ok=rc == 0 and bool(out.strip()), version=out.strip(), error=(err or out).strip()[-500:]
-        )
-        if docker["ok"]:
-            rc, out, _err = module.run_command(
-                [path, "inspect", "--format", "{{.State.Running}}", p["engine_container"]]
-            )
-            docker["engine_running"] = rc == 0 and out.strip() == "true"
-            docker["error"] = ""
-
-    gpu = {"ok": False, "gpus": [], "error": "", "compute_processes": []}
-    smi = module.get_bin_path(p["nvidia_smi"])
-    if smi is None:
-        gpu["error"] = f"{p['nvidia_smi']} not found in PATH"
-    else:
-        rc, out, err = module.run_command([smi, "-L"])
-        gpu["gpus"] = [ln.strip() for ln in out.splitlines() if ln.startswith("GPU ")]
-        gpu["ok"] = rc == 0 and bool(gpu["gpus"])
-        gpu["error"] = "" if gpu["ok"] else (err or out or f"exit {rc}").strip()[-500:]
-        if gpu["ok"]:
-            rc, out, _err = module.run_command(
-                [smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader"]
-            )
-            if rc == 0:
-                gpu["compute_processes"] = [ln.strip() for ln in out.splitlines() if ln.strip()]
-
-    tables = [t for t in (_read("/proc/net/tcp"), _read("/proc/net/tcp6")) if t]
+    node = NodeProbe()
+    free, measured_at = free_bytes(p["weights_path"])
     module.exit_json(
         changed=False,
-        disk=disk,
-        memory=memory,
-        settings=settings,
-        docker=docker,
-        gpu=gpu,
-        listening=listening_ports(tables, p["ports"]),
+        disk={
+            "path": p["weights_path"],
+            "measured_at": measured_at,
+            "free_bytes": free,
+            "weights_bytes": tree_bytes(p["weights_path"]),
+        },
+        memory=node.meminfo(),
+        settings=settings(node, p["gpu_clock_state_file"]),
+        docker=node.docker(module, p["docker"], p["engine_container"]),
+        gpu=node.gpus(module, p["nvidia_smi"]),
+        listening=node.listening(p["ports"]),
     )
 
 

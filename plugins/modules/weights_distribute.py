@@ -52,10 +52,14 @@ import subprocess
 import tempfile
 import threading
 import time
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import Progress, WeightsError, human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
+    Progress,
+    WeightsError,
+    human,
+    run_module,
+)
 
 PROGRESS2 = re.compile(r"^\s*([\d,]+)\s+\d+%")
 
@@ -403,14 +407,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except WeightsError as exc:
-        extra = dict(exc.args[1]) if len(exc.args) > 1 else {}
-        module.fail_json(msg=str(exc.args[0]), **extra)
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -41,11 +41,11 @@ import hashlib
 import os
 import sys
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
     Progress,
     StatCache,
@@ -53,6 +53,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import 
     copy_or_link,
     human,
     repo_folder,
+    run_module,
 )
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -382,10 +383,7 @@ def _write_refs(root: str, manifest: dict) -> None:
                     continue
         except OSError:
             pass
-        os.makedirs(os.path.dirname(ref), exist_ok=True)
-        with open(ref + ".partial", "w") as fh:
-            fh.write(repo["commit"])
-        os.replace(ref + ".partial", ref)
+        write_atomic(ref, repo["commit"])
 
 
 def download(params: dict, check_mode: bool) -> dict:  # noqa: PLR0912, PLR0915 - plan, fetch, link, report
@@ -504,13 +502,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except WeightsError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run)
 
 
 if __name__ == "__main__":

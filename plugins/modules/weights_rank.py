@@ -30,16 +30,16 @@ options:
 import os
 import shlex
 import subprocess
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
     Progress,
     StatCache,
     WeightsError,
-    free_bytes,
     human,
     plan_rank_file,
+    run_module,
     sha256_file,
     write_rank_file,
 )
@@ -183,13 +183,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except WeightsError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run)
 
 
 if __name__ == "__main__":

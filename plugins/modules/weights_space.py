@@ -32,15 +32,15 @@ options:
 """
 
 import os
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
     WeightsError,
     blob_path,
-    free_bytes,
     human,
     present_bytes,
+    run_module,
 )
 
 
@@ -104,15 +104,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except WeightsError as exc:
-        extra = dict(exc.args[1]) if len(exc.args) > 1 else {}
-        extra.pop("msg", None)
-        module.fail_json(msg=str(exc.args[0]), **extra)
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ options:
 """
 
 import hashlib
-import os
 import re
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import run_module
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -128,10 +128,7 @@ def run(params: dict, check_mode: bool = False) -> dict:
         before = None
     changed = before != result
     if changed and not check_mode:
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with open(dest + ".partial", "w") as fh:
-            fh.write(result)
-        os.replace(dest + ".partial", dest)
+        write_atomic(dest, result)
     out = {
         "changed": changed,
         "state": state,
@@ -155,13 +152,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except PatchError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run, known=(PatchError,))
 
 
 if __name__ == "__main__":

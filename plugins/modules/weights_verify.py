@@ -53,9 +53,9 @@ removed: {type: list, description: files deleted because they were bad}
 import json
 import os
 import time
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
     MANIFEST_FORMAT,
     Progress,
@@ -67,6 +67,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import 
     list_tree,
     manifest_digest,
     parse_sha256sums,
+    run_module,
     verify_files,
 )
 
@@ -139,10 +140,7 @@ def write_manifest(path: str, doc: dict, check_mode: bool) -> bool:
     except OSError:
         pass
     if not check_mode:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".partial", "w") as fh:
-            fh.write(text)
-        os.replace(path + ".partial", path)
+        write_atomic(path, text)
     return True
 
 
@@ -264,15 +262,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = run(module.params, module.check_mode)
-    except WeightsError as exc:
-        extra = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
-        extra.pop("msg", None)
-        module.fail_json(msg=str(exc.args[0]), **extra)
-    except Exception as exc:
-        module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
-    module.exit_json(**result)
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -268,10 +268,3 @@ def test_weights_paths_prefer_overrides_then_the_record():
     }
     assert node_mod.weights_paths(record, {"dir": "/other"})["dir"] == "/other"
     assert node_mod.weights_paths(None, {}) == {"dir": "", "rank_file": "", "chat_template": ""}
-
-
-def test_read_cap(tmp_path):
-    f = tmp_path / "gpu.conf"
-    f.write_text("# sparkfleet\nGPU_CLOCK_CAP_MHZ=2300\n")
-    assert node_mod.read_cap(str(f)) == 2300
-    assert node_mod.read_cap(str(tmp_path / "none")) is None

@@ -1,4 +1,4 @@
-"""Preflight refuses bad inventories before any host is touched (table-driven, >= 20 cases).
+"""Preflight refuses bad inventories before any host is touched (table-driven, >= 40 cases).
 
 Each case writes a complete inventory (hosts on loopback addresses with a closed SSH port), breaks
 one thing, and runs playbooks/preflight.yml with ansible-playbook. Expected: the run fails in
@@ -50,6 +50,7 @@ def good(topology: str = "tp2") -> dict:
             "sparkfleet_mgmt_iface": "enP7s7",
             "sparkfleet_state_dir": "/var/lib/sparkfleet",
             "sparkfleet_lab": False,
+            "ansible_user": "admin",
             "ansible_port": CLOSED_PORT,
             "ansible_ssh_common_args": "-o ConnectTimeout=2",
         },
@@ -115,8 +116,19 @@ def stray_host(inv: dict) -> None:
     }
 
 
-# (id, topology, mutation, expected message fragment)
+def host_var(name: str, **values) -> Callable[[dict], None]:
+    """A host_vars override of one node (what `uniform` variables refuse)."""
+
+    def f(inv: dict) -> None:
+        hosts_of(inv)[name].update(values)
+
+    return f
+
+
+# (id, topology, mutation, expected message fragment): each case breaks exactly one rule, so preflight's
+# verdict must list exactly one problem, this one.
 CASES = [
+    # inventory shape (role cluster_plan's rule over the groups and hosts)
     ("placeholder-address", "tp2", set_host("spark2", ansible_host="CHANGE-ME"),
      "spark2: ansible_host='CHANGE-ME' is the sample inventory's placeholder"),
     ("tp3-with-2-hosts", "tp2", set_var("cluster", sparkfleet_topology="tp3"),
@@ -130,15 +142,17 @@ CASES = [
      "spark9 is in cluster but neither in head nor in workers"),
     ("duplicate-node", "tp2", set_host("spark2", sparkfleet_node=1),
      "spark2: sparkfleet_node=1 is already spark1's"),
-    ("node-as-string", "tp2", set_host("spark2", sparkfleet_node="2"),
-     "spark2: sparkfleet_node='2': expected a whole number 1..9 without quotes"),
-    ("node-out-of-range", "tp2", set_host("spark2", sparkfleet_node=10),
-     "spark2: sparkfleet_node=10: expected"),
-    ("node-missing", "tp2", set_host("spark2", sparkfleet_node=None), "spark2: sparkfleet_node is not set"),
     ("duplicate-address", "tp2", set_host("spark2", ansible_host="127.0.0.11"),
      "spark2: ansible_host='127.0.0.11' is also spark1's"),
     ("bad-address", "tp2", set_host("spark2", ansible_host="10.0.0.300/24"),
      "spark2: ansible_host='10.0.0.300/24': expected an IP address or a host name"),
+    # role sparkfleet: the cluster-wide settings
+    ("node-not-a-number", "tp2", set_host("spark2", sparkfleet_node="two"),
+     "spark2: sparkfleet: sparkfleet_node='two': expected a whole number"),
+    ("node-out-of-range", "tp2", set_host("spark2", sparkfleet_node=10),
+     "spark2: sparkfleet: sparkfleet_node=10: expected a whole number between 1 and 9"),
+    ("node-missing", "tp2", set_host("spark2", sparkfleet_node=None),
+     "spark2: sparkfleet: sparkfleet_node is not set"),
     ("bad-topology", "tp2", set_var("cluster", sparkfleet_topology="tp4"),
      "sparkfleet_topology='tp4': expected one of tp2, tp3"),
     ("revision-is-a-branch", "tp2", set_pin("model.revision", "main"),
@@ -147,6 +161,8 @@ CASES = [
      "sparkfleet_pins.engram.repo='DeepSeek V4': expected a Hugging Face repository owner/name"),
     ("engine-commit-placeholder", "tp3", set_pin("engine.commit", "CHANGE-ME"),
      "sparkfleet_pins.engine.commit='CHANGE-ME' is the sample inventory's placeholder"),
+    ("engine-commit-short", "tp2", set_pin("engine.commit", "30a9647"),
+     "sparkfleet_pins.engine.commit='30a9647': expected the full commit, 40 lowercase hex digits"),
     ("digest-too-short", "tp2", set_pin("base_image.digest", "sha256:abc123"),
      "sparkfleet_pins.base_image.digest='sha256:abc123': expected sha256:<64 lowercase hex>"),
     ("image-name-with-spaces", "tp2", set_pin("base_image.name", "My Image"),
@@ -154,23 +170,16 @@ CASES = [
     ("hf-client-unquoted-float", "tp2", set_pin("hf_client.huggingface_hub", 2.4),
      "sparkfleet_pins.hf_client.huggingface_hub=2.4: expected an exact version in quotes"),
     ("lab-flag-as-string", "tp2", set_var("cluster", sparkfleet_lab="yes"),
-     "sparkfleet_lab='yes': expected true or false as a YAML boolean"),
+     "sparkfleet_lab='yes': expected true or false (a YAML boolean, no quotes)"),
     ("bad-mgmt-iface", "tp2", set_var("cluster", sparkfleet_mgmt_iface="eth 0"),
      "sparkfleet_mgmt_iface='eth 0': expected a network interface name"),
     ("state-dir-relative", "tp2", set_var("cluster", sparkfleet_state_dir="var/lib/sparkfleet"),
      "sparkfleet_state_dir='var/lib/sparkfleet': expected an absolute path"),
-    ("port-out-of-range", "tp2", set_var("other", engine_service_port=70000),
-     "engine_service_port=70000: expected a TCP port, a whole number 1..65535"),
-    ("engine-poll-zero", "tp2", set_var("other", engine_image_poll_interval=0),
-     "engine_image_poll_interval=0: expected a whole number between 1 and 300"),
-    ("clock-cap-too-low", "tp3", set_var("other", gpu_clocks_cap_mhz=500),
-     "gpu_clocks_cap_mhz=500: expected a clock in whole MHz: 0 (stock) or 1000..3003"),
-    ("weights-path-relative", "tp2", set_var("other", model_weights_path="models"),
-     "model_weights_path='models': expected an absolute path"),
-    ("mtu-too-small", "tp2", set_var("other", network_links_mtu=1400),
-     "network_links_mtu=1400: expected a whole number between 1500 and 9216"),
     ("mgmt-address-not-ip", "tp2", set_host("spark1", sparkfleet_mgmt_address="spark1.lan"),
-     "spark1: sparkfleet_mgmt_address='spark1.lan': expected the IP address"),
+     "spark1: sparkfleet: sparkfleet_mgmt_address='spark1.lan': expected an IP address"),
+    ("topology-differs-on-one-node", "tp2", host_var("spark2", sparkfleet_lab=True),
+     "spark2: sparkfleet: sparkfleet_lab=True on spark2 differs from spark1's False"),
+    # role cluster_plan
     ("cabling-port-used-twice", "tp3", set_var("other", cluster_plan_cabling=[
         {"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}},
         {"a": {"node": 2, "port": 1}, "b": {"node": 3, "port": 1}},
@@ -180,16 +189,79 @@ CASES = [
         {"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}},
         {"a": {"node": 2, "port": 0}, "b": {"node": 3, "port": 1}}]),
      "cluster_plan_cabling: no cable between nodes 1-3"),
-    ("swappiness-zero", "tp2", set_var("other", host_tuning_vm_swappiness=0),
-     "host_tuning_vm_swappiness=0: expected a whole number between 1 and 200; keep it >= 1"),
-    ("64k-kernel-version-placeholder", "tp3",
-     set_var("other", host_tuning_kernel_profile="64k", host_tuning_kernel_64k_version="CHANGE-ME"),
-     "host_tuning_kernel_64k_version='CHANGE-ME' is the sample inventory's placeholder"),
-    ("earlyoom-threshold-zero", "tp2", set_var("other", earlyoom_mem_kill_percent=0),
-     "earlyoom_mem_kill_percent=0: expected a whole number between 1 and 100"),
     ("subnet-template-without-rail", "tp2",
      set_var("other", cluster_plan_subnet_template="10.{lo}{hi}.0.0/24"),
      "cluster_plan_subnet_template='10.{lo}{hi}.0.0/24': placeholders ['hi', 'lo']"),
+    # role network_links
+    ("mtu-too-small", "tp2", set_var("other", network_links_mtu=1400),
+     "network_links_mtu=1400: expected a whole number between 1500 and 9216"),
+    ("netplan-file-elsewhere", "tp2", set_var("other", network_links_netplan_file="/etc/fabric.yaml"),
+     "network_links_netplan_file='/etc/fabric.yaml': expected an absolute path matching"),
+    ("renderer-unknown", "tp2", set_var("other", network_links_renderer="ifupdown"),
+     "network_links_renderer='ifupdown': expected one of auto, networkd, NetworkManager"),
+    ("mgmt-iface-is-a-rail", "tp2", set_var("cluster", sparkfleet_mgmt_iface="enp1s0f1np1"),
+     "network_links_mgmt_iface=enp1s0f1np1 (the management link) is a fabric rail of the plan"),
+    # role host_tuning
+    ("swappiness-zero", "tp2", set_var("other", host_tuning_vm_swappiness=0),
+     "host_tuning_vm_swappiness=0: expected a whole number between 1 and 200; keep it >= 1"),
+    ("min-free-differs-on-one-node", "tp2", host_var("spark2", host_tuning_vm_min_free_kbytes=1048576),
+     "spark2: host_tuning: host_tuning_vm_min_free_kbytes=1048576 on spark2 differs from spark1's"),
+    ("64k-kernel-version-placeholder", "tp3",
+     set_var("other", host_tuning_kernel_profile="64k", host_tuning_kernel_64k_version="CHANGE-ME"),
+     "host_tuning_kernel_64k_version='CHANGE-ME' is the sample inventory's placeholder"),
+    ("kernel-profile-unknown", "tp2", set_var("other", host_tuning_kernel_profile="16k"),
+     "host_tuning_kernel_profile='16k': expected one of stock, 64k"),
+    ("thp-unknown", "tp2", set_var("other", host_tuning_thp="sometimes"),
+     "host_tuning_thp='sometimes': expected one of always, madvise, never"),
+    ("kho-off-maybe", "tp2", set_var("other", host_tuning_kho_off="maybe"),
+     "host_tuning_kho_off=maybe: expected auto, true or false"),
+    ("sysctl-extra-bad-key", "tp2", set_var("other", host_tuning_sysctl_extra={"swappiness": 10}),
+     "host_tuning_sysctl_extra has keys that are not sysctl names"),
+    ("kernel-arg-with-quote", "tp2", set_var("other", host_tuning_kernel_args_extra=['quiet"']),
+     "kernel arguments ['quiet\"']: each a single word"),
+    ("swap-size-zero", "tp2", set_var("other", host_tuning_swap_size_mib=0),
+     "host_tuning_swap_size_mib=0: expected a whole number >= 1"),
+    # role earlyoom
+    ("earlyoom-threshold-zero", "tp2", set_var("other", earlyoom_mem_kill_percent=0),
+     "earlyoom_mem_kill_percent=0: expected a whole number between 1 and 100"),
+    ("earlyoom-kill-above-term", "tp2", set_var("other", earlyoom_mem_kill_percent=10),
+     "earlyoom_mem_kill_percent=10 is above earlyoom_mem_term_percent=4"),
+    # role gpu_clocks
+    ("clock-cap-too-low", "tp3", set_var("other", gpu_clocks_cap_mhz=500),
+     "gpu_clocks_cap_mhz=500: expected a clock in whole MHz: 0 (stock) or 1000..3003"),
+    ("cpu-cap-not-a-number", "tp2", set_var("other", gpu_clocks_cpu_cap_mhz="fast"),
+     "gpu_clocks_cpu_cap_mhz='fast': expected a whole number"),
+    ("clock-persistence-as-string", "tp2", set_var("other", gpu_clocks_persistence_mode="on"),
+     "gpu_clocks_persistence_mode='on': expected true or false"),
+    # role model_weights
+    ("weights-path-relative", "tp2", set_var("other", model_weights_path="models"),
+     "model_weights_path='models': expected an absolute path"),
+    ("copy-transport-unknown", "tp2", set_var("other", model_weights_copy_transport="ftp"),
+     "model_weights_copy_transport='ftp': expected one of rsyncd, ssh"),
+    ("download-workers-zero", "tp2", set_var("other", model_weights_download_workers=0),
+     "model_weights_download_workers=0: expected a whole number between 1 and 64"),
+    ("rank-keys-without-rank", "tp3", set_var("other", model_weights_rank_keys="tp3/rank.keys"),
+     "model_weights_rank_keys=tp3/rank.keys: the keys file of each rank needs {rank}"),
+    # role engine_image
+    ("engine-poll-zero", "tp2", set_var("other", engine_image_poll_interval=0),
+     "engine_image_poll_interval=0: expected a whole number between 1 and 300"),
+    ("engine-poll-beyond-timeout", "tp2",
+     set_var("other", engine_image_poll_interval=200, engine_image_pull_timeout=100),
+     "engine_image_poll_interval=200 is longer than a timeout"),
+    # role engine_service
+    ("port-out-of-range", "tp2", set_var("other", engine_service_port=70000),
+     "engine_service_port=70000: expected a TCP port, a whole number 1..65535"),
+    ("api-port-is-rendezvous-port", "tp2", set_var("other", engine_service_port=29500),
+     "engine_service_port=29500, engine_service_master_port=29500 and engine_service_data_port=29600"),
+    ("api-off-loopback-without-key", "tp2", set_var("other", engine_service_host="0.0.0.0"),  # noqa: S104 - an inventory value, not a bind
+     "engine_service_host=0.0.0.0 exposes the API beyond loopback without a key"),
+    ("gpus-maybe", "tp2", set_var("other", engine_service_gpus="maybe"),
+     "engine_service_gpus=maybe: expected auto, true or false"),
+    ("model-name-differs-on-one-node", "tp2", host_var("spark2", engine_service_served_model_name="other"),
+     "spark2: engine_service: engine_service_served_model_name='other' on spark2 differs from spark1's"),
+    # role preflight
+    ("free-memory-beyond-a-spark", "tp2", set_var("other", preflight_min_free_memory_gib=200),
+     "preflight_min_free_memory_gib=200: expected a whole number between 0 and 128"),
 ]  # fmt: skip
 
 
@@ -265,27 +337,32 @@ def results(tmp_path_factory) -> dict[str, dict]:
     return done
 
 
-def test_there_are_at_least_20_cases():
-    assert len(CASES) >= 20
+def test_there_are_at_least_40_cases():
+    assert len(CASES) >= 40
     assert len({c[0] for c in CASES}) == len(CASES)
 
 
+HEADER = "preflight: the inventory has "
+
+
 @pytest.mark.parametrize(("case_id", "expected"), [(c[0], c[3]) for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_inventory_is_refused_and_no_host_is_touched(results, case_id, expected):
+def test_bad_inventory_is_refused_by_layer_1_naming_only_its_rule(results, case_id, expected):
     r = results[case_id]
-    assert r["rc"] != 0, f"{case_id}: preflight passed; stderr:\n{r['stderr'][-2000:]}"
+    assert r["rc"] == 2, f"{case_id}: exit {r['rc']}, not 2; stderr:\n{r['stderr'][-2000:]}"
     msgs = messages(r, "localhost")
-    assert any(expected in m for m in msgs), f"{case_id}: expected {expected!r} in\n" + "\n".join(msgs)
+    assert msgs and msgs[0].startswith(HEADER) and "no host was contacted or changed" in msgs[0], msgs
+    problems = msgs[1:]
+    assert len(problems) == 1, f"{case_id}: expected exactly one problem, got:\n" + "\n".join(problems)
+    assert expected in problems[0], f"{case_id}: expected {expected!r} in\n{problems[0]}"
     stats = r["stats"]
     assert stats["localhost"]["failures"] >= 1
     for host in r["cluster_hosts"]:
-        s = stats.get(host, {"changed": 0, "unreachable": 0})
+        s = stats.get(host, {"changed": 0, "unreachable": 0, "failures": 0})
         assert s.get("changed", 0) == 0, f"{case_id}: {host} changed"
         assert s.get("unreachable", 0) == 0, f"{case_id}: something tried to connect to {host}"
-    # the failure says that nothing was touched
-    assert any("no host was contacted or changed" in m for m in msgs) or any(
-        "cluster plan cannot be computed" in m for m in msgs
-    )
+        assert s.get("failures", 0) == 0, f"{case_id}: a task failed on {host} (not in the verdict)"
+    # layer 2 never started: no play after the verdict ran
+    assert [p["play"]["name"] for p in r["plays"]][-1].startswith("Preflight layer 1, the verdict")
 
 
 def test_control_good_inventory_passes_layer_1_and_only_then_connects(results):

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,17 +20,13 @@ def _load(name: str, path: Path):
 
 
 pf = _load("sparkfleet_preflight", ROOT / "plugins/filter/preflight.py")
-probe = _load("sparkfleet_preflight_facts", ROOT / "plugins/modules/preflight_facts.py")
-TABLE = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["__preflight_variable_table"]
+kinds = _load("input_kinds", ROOT / "plugins/module_utils/input_kinds.py")
 HEX40 = "f" * 40
 
 
 @pytest.mark.parametrize(
     ("kind", "row", "value", "ok"),
     [
-        ("bool", {}, True, True),
-        ("bool", {}, "true", False),
-        ("bool", {}, 1, False),
         ("port", {}, 8888, True),
         ("port", {}, "18002", True),  # -e engine_service_port=18002 gives a string
         ("port", {}, 0, False),
@@ -47,53 +41,77 @@ HEX40 = "f" * 40
         ("abs_path", {}, "srv/models", False),
         ("abs_path", {}, "/srv//models", False),
         ("abs_path", {"pattern": r"^/etc/netplan/[^/]+\.yaml$"}, "/etc/netplan/x.yml", False),
-        ("choice", {"choices": ["tp2", "tp3"]}, "tp3", True),
-        ("choice", {"choices": ["tp2", "tp3"]}, "TP3", False),
         ("ip", {}, "10.0.0.1", True),
         ("ip", {}, "10.0.0.256", False),
+        ("host", {}, "spark1.lan", True),
+        ("host", {}, "10.0.0.300/24", False),
         ("cidr", {}, "10.12.1.0/24", True),
         ("cidr", {}, "10.12.1.1/24", False),
         ("ifname", {}, "enP7s7", True),
         ("ifname", {}, "a-very-long-interface-name", False),
         ("int", {"min": 1500, "max": 9216}, 9000, True),
         ("int", {"min": 1500, "max": 9216}, 9217, False),
+        ("int", {"min": 1}, True, False),  # a boolean is not a number
+        ("number", {"min": 0}, 2.5, True),
+        ("number", {"min": 0}, -1, False),
         ("str", {}, "", False),
-        ("list", {}, [], True),
-        ("list", {}, "x", False),
+        ("str", {"pattern": "^[a-z]+$"}, "Abc", False),
+        ("hex40", {}, "f" * 40, True),
+        ("hex40", {}, "30a9647", False),
+        ("digest", {}, "sha256:" + "0" * 64, True),
+        ("image", {}, "nvcr.io/nvidia/pytorch", True),
+        ("image", {}, "My Image", False),
+        ("hf_repo", {}, "owner/name", True),
+        ("version", {}, "2.4.0", True),
+        ("version", {}, 2.4, False),
     ],
 )
 def test_kinds(kind, row, value, ok):
-    msg = pf.check_value("v", value, {"kind": kind, **row})
-    assert (msg is None) == ok, msg
-    if not ok:
-        assert msg.startswith(f"v={value!r}: expected")
+    expected = kinds.check_kind(value, {"kind": kind, **row})
+    assert (expected is None) == ok, expected
 
 
-def test_placeholder_is_refused_whatever_the_kind():
-    msg = pf.check_value("model_weights_path", "CHANGE-ME", {"kind": "abs_path"})
-    assert "is the sample inventory's placeholder" in msg
+def test_a_range_without_a_kind_is_a_whole_number_range():
+    assert kinds.check_kind(5, {"min": 1, "max": 300}) is None
+    assert kinds.check_kind(0, {"min": 1, "max": 300}) == "a whole number between 1 and 300"
+    assert kinds.check_kind(5, {"kind": "nope"}).startswith("(unknown kind 'nope'")
 
 
-def test_every_table_row_has_a_known_kind_and_a_unique_variable():
-    names = [r["var"] for r in TABLE]
-    assert len(names) == len(set(names))
-    for row in TABLE:
-        assert row["kind"] in pf.KINDS, row
-    # the variables the brief names for other concerns are covered
-    assert {"engine_service_port", "gpu_clocks_cap_mhz", "model_weights_dir", "sparkfleet_lab"} <= set(names)
-
-
-def test_table_reports_a_shared_value_once_and_a_host_value_per_host():
-    table = [{"var": "engine_service_port", "kind": "port"}]
-    both = pf.table_problems({"a": {"engine_service_port": 0}, "b": {"engine_service_port": 0}}, table)
-    assert both == [
-        "engine_service_port=0: expected a TCP port, a whole number 1..65535; fix engine_service_port in "
-        "the inventory group_vars"
+def test_verdict_names_each_problem_once_and_the_nodes_when_not_all():
+    shared = {"role": "earlyoom", "msg": "earlyoom_mem_kill_percent=0: expected a whole number >= 1"}
+    own = {"role": "sparkfleet", "msg": "sparkfleet_node=10: expected a whole number between 1 and 9"}
+    hostvars = {
+        "spark1": {"sparkfleet_validation_problems": [shared], "sparkfleet_validation_values": {}},
+        "spark2": {"sparkfleet_validation_problems": [shared, own], "sparkfleet_validation_values": {}},
+    }
+    out = pf.validation_verdict(hostvars, ["spark1", "spark2"])
+    assert out["problems"] == [
+        "earlyoom: earlyoom_mem_kill_percent=0: expected a whole number >= 1",
+        "spark2: sparkfleet: sparkfleet_node=10: expected a whole number between 1 and 9",
     ]
-    one = pf.table_problems({"a": {"engine_service_port": 0}, "b": {"engine_service_port": 80}}, table)
-    assert one[0].startswith("a: engine_service_port=0")
-    assert pf.table_problems({"a": {}}, table) == []  # not defined: not checked
-    assert "unknown kind" in pf.table_problems({"a": {"x": 1}}, [{"var": "x", "kind": "nope"}])[0]
+
+
+def test_verdict_refuses_a_node_whose_uniform_value_differs_from_the_head():
+    values = {"host_tuning_vm_min_free_kbytes": {"role": "host_tuning", "value": 1048576}}
+    hostvars = {
+        "spark1": {"sparkfleet_validation_problems": [], "sparkfleet_validation_values": values},
+        "spark2": {
+            "sparkfleet_validation_problems": [],
+            "sparkfleet_validation_values": {
+                "host_tuning_vm_min_free_kbytes": {"role": "host_tuning", "value": 65536}
+            },
+        },
+        "spark3": {"sparkfleet_validation_problems": [], "sparkfleet_validation_values": values},
+    }
+    out = pf.validation_verdict(hostvars, ["spark1", "spark2", "spark3"])
+    assert out["problems"] == [
+        "spark2: host_tuning: host_tuning_vm_min_free_kbytes=65536 on spark2 differs from spark1's 1048576: "
+        "it must be the same on every node; set it once in group_vars/all, not in host_vars"
+    ]
+
+
+def test_verdict_of_an_empty_cluster_names_the_groups():
+    assert "group cluster is empty or missing" in pf.validation_verdict({}, [])["problems"][0]
 
 
 def pins(**over) -> dict:
@@ -112,12 +130,21 @@ def pins(**over) -> dict:
 
 def test_good_pins_and_short_ones():
     assert pf.pins_problems(pins()) == ([], [])
-    probs, warns = pf.pins_problems(pins(model__revision="afc7aa0a", engine__commit="30a9647"))
+    probs, warns = pf.pins_problems(pins(model__revision="afc7aa0a", engram__revision="1bae0e10"))
     assert probs == []
     assert len(warns) == 2 and "pin the full 40-hex commit" in warns[0]
     assert pf.pins_problems(pins(engine__repo="Elevatormusic/TensorFold"))[0] == []
     assert pf.pins_problems(pins(engine__repo="https://github.com/Elevatormusic/TensorFold.git"))[0] == []
     assert pf.pins_problems(pins(base_image__name="nvcr.io/nvidia/pytorch:25.08-py3"))[0] == []
+
+
+def test_the_engine_commit_must_be_full():
+    probs, _ = pf.pins_problems(pins(engine__commit="30a9647"))
+    assert probs == [
+        "sparkfleet_pins.engine.commit='30a9647': expected the full commit, 40 lowercase hex digits (the "
+        "image is built from and labelled with exactly this commit; a short form as the recipes publish it, "
+        "a branch or a tag is not enough); set it in group_vars/all/pins.yml"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -144,24 +171,16 @@ def test_pins_shape():
     assert "sparkfleet_pins.engine=" in pf.pins_problems(p)[0][0]
 
 
-def test_inventory_cluster_wide_values_must_agree():
+def test_inventory_shape_problems():
     hosts = {
-        "spark1": {
-            "ansible_host": "10.0.0.1",
-            "sparkfleet_node": 1,
-            "sparkfleet_topology": "tp2",
-            "sparkfleet_pins": pins(),
-        },
-        "spark2": {
-            "ansible_host": "10.0.0.2",
-            "sparkfleet_node": 2,
-            "sparkfleet_topology": "tp3",
-            "sparkfleet_pins": pins(),
-        },
+        "spark1": {"ansible_host": "10.0.0.1", "sparkfleet_node": 1, "sparkfleet_topology": "tp3"},
+        "spark2": {"ansible_host": "10.0.0.1", "sparkfleet_node": "1", "sparkfleet_topology": "tp3"},
     }
     groups = {"cluster": ["spark1", "spark2"], "head": ["spark1"], "workers": ["spark2"]}
-    out = pf.inventory_problems(hosts, groups, [])
-    assert any("sparkfleet_topology differs between hosts" in p for p in out["problems"]), out
+    out = pf.inventory_problems(hosts, groups)
+    assert any("sparkfleet_topology='tp3' needs exactly 3" in p for p in out), out
+    assert "spark2: sparkfleet_node=1 is already spark1's: every Spark needs its own number" in out
+    assert any(p.startswith("spark2: ansible_host='10.0.0.1' is also spark1's") for p in out), out
 
 
 def test_settings_differ_and_check_lines():
@@ -172,37 +191,3 @@ def test_settings_differ_and_check_lines():
     check = {"name": "docker", "found": "`docker version` fails: x", "fix": "start it"}
     assert pf.check_line(check) == "docker: `docker version` fails: x. Fix: start it"
     assert pf.check_line(check, ok=True) == "docker: `docker version` fails: x"
-
-
-# ---- layer-2 probe helpers ---------------------------------------------------------------------
-
-
-def test_meminfo_thp_and_nearest_existing(tmp_path):
-    mem = probe.meminfo("MemTotal:       128000000 kB\nMemFree:  1000 kB\nMemAvailable:   100000000 kB\n")
-    assert mem == {"total_bytes": 128000000 * 1024, "available_bytes": 100000000 * 1024}
-    assert probe.thp_mode("always madvise [never]\n") == "never"
-    assert probe.thp_mode("[always] madvise never") == "always"
-    assert probe.nearest_existing(str(tmp_path / "a/b/c")) == str(tmp_path)
-
-
-def test_tree_bytes_counts_hard_links_once(tmp_path):
-    (tmp_path / "hub").mkdir()
-    blob = tmp_path / "hub/blob"
-    blob.write_bytes(b"x" * 100_000)
-    os.link(blob, tmp_path / "snapshot")
-    one = probe.tree_bytes(str(tmp_path))
-    assert one == blob.stat().st_blocks * 512
-    assert probe.tree_bytes(str(tmp_path / "missing")) == 0
-
-
-def test_listening_ports():
-    tcp = (
-        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-        "   0: 0100007F:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"
-        "   1: 0100007F:4652 0100007F:22B8 01 00000000:00000000 00:00000000 00000000     0        0 2\n"
-    )
-    tcp6 = (
-        "  sl  local_address                         remote_address                        st\n"
-        "   0: 00000000000000000000000000000000:7332 00000000000000000000000000000000:0000 0A\n"
-    )
-    assert probe.listening_ports([tcp, tcp6], [8888, 18002, 29490, 29522]) == [8888, 29490]

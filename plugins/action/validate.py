@@ -1,0 +1,335 @@
+"""Action plugin `sparkfleet.cluster.validate`: a role's inputs, one message per broken rule.
+
+Runs on the controller only (no connection, no module, nothing changed). For the role the task
+belongs to it checks, in order:
+1. every option of the role's `meta/argument_specs.yml` (entry point `main`) that has a value: its
+   type, elements and choices (ansible's own validator, stricter for booleans), and the sample
+   inventory's placeholder `CHANGE-ME` anywhere in it;
+2. `uniform`: variables that must be equal on every node; their values are recorded, and preflight's
+   verdict refuses a node whose value differs from the head's (a host_vars override);
+3. `rules`, in order: `{var, kind[, min, max, pattern], fix}` (a value's format or range: the kinds of
+   module_utils/input_kinds.py), `{var, that, msg}` (a cross-field rule), `{var, problems}` /
+   `{var, warnings}` (an expression that returns a list of messages). Any rule may have `when`. A rule
+   about a variable that already failed is skipped, so each problem is reported once, by the rule that
+   owns it.
+Each problem names the variable, its value and the fix. With `collect: true` (preflight layer 1 sets
+`sparkfleet_validate_collect`), problems are added to the host's `sparkfleet_validation_problems`
+fact instead of failing, so preflight can report every role's problems at once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible.errors import AnsibleError, AnsibleUndefinedVariable
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import as_int, check_kind
+
+PLACEHOLDER = "CHANGE-ME"
+RAW_ARGS = ("rules",)  # evaluated one by one here, never templated up front
+_TYPES = {
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false (a YAML boolean, no quotes)",
+    "str": "a string",
+    "path": "a path",
+    "list": "a list",
+    "dict": "a mapping",
+    "raw": "any value",
+}
+_PLURAL = {
+    "int": "whole numbers",
+    "float": "numbers",
+    "bool": "booleans",
+    "str": "strings",
+    "path": "paths",
+    "list": "lists",
+    "dict": "mappings",
+    "raw": "values",
+}
+
+
+def expected(spec: dict) -> str:
+    """What an option expects, in words: its type, elements and choices."""
+    kind = _TYPES.get(str(spec.get("type", "raw")), str(spec.get("type")))
+    if spec.get("type") == "list" and spec.get("elements"):
+        kind = f"a list of {_PLURAL.get(str(spec['elements']), str(spec['elements']))}"
+    if spec.get("choices"):
+        kind = "one of " + ", ".join(str(c) for c in spec["choices"])
+    return kind
+
+
+def hint(spec: dict) -> str:
+    """The first sentence of the option's description: what it is for, i.e. what to set."""
+    desc = spec.get("description") or ""
+    if isinstance(desc, list):
+        desc = desc[0] if desc else ""
+    desc = " ".join(str(desc).split())
+    first = re.split(r"(?<=[.;])\s+(?=[A-Z(])", desc, maxsplit=1)[0].rstrip(".;")
+    return first
+
+
+def show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def placeholders(name: str, value: Any) -> list[str]:
+    """Dotted paths inside `value` that still hold the sample inventory's placeholder."""
+    if isinstance(value, str):
+        return [name] if value.strip() == PLACEHOLDER else []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in placeholders(f"{name}.{k}", v)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in placeholders(f"{name}[{i}]", v)]
+    return []
+
+
+def type_problem(name: str, value: Any, spec: dict) -> str | None:
+    """One option against its spec (without defaults: only the value given)."""
+    one = {k: v for k, v in spec.items() if k not in ("default", "required", "description", "version_added")}
+    if spec.get("type") == "bool" and not isinstance(value, bool):
+        return f"{name}={show(value)}: expected {expected(spec)}; {hint(spec)}"
+    if spec.get("type") == "int" and isinstance(value, bool):
+        return f"{name}={show(value)}: expected {expected(spec)}; {hint(spec)}"
+    if spec.get("type") in ("str", "path") and not isinstance(value, str):
+        return f"{name}={show(value)}: expected {expected(spec)} (in quotes); {hint(spec)}"
+    result = ArgumentSpecValidator({name: one}).validate({name: value})
+    if not result.error_messages:
+        return None
+    why = "; ".join(str(m) for m in result.error_messages)
+    why = re.sub(r"^(argument|value of) '?" + re.escape(name) + r"'? ", "", why)
+    return f"{name}={show(value)}: expected {expected(spec)} ({why}); {hint(spec)}"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("rules", "uniform", "collect", "entry_point", "reset"))
+
+    @classmethod
+    def finalize_task_arg(cls, name: str, value: Any, templar: Any, context: Any) -> Any:
+        if name in RAW_ARGS:
+            return value
+        return super().finalize_task_arg(name, value, templar, context)
+
+    # ---- values ------------------------------------------------------------------------------
+    def _role_files(self) -> tuple[str, dict, dict]:
+        role = getattr(self._task, "_role", None)
+        if role is None:
+            raise AnsibleError("sparkfleet.cluster.validate runs inside a role (tasks/validate.yml)")
+        path = Path(role._role_path)
+        specs = (
+            yaml.safe_load((path / "meta/argument_specs.yml").read_text())
+            if (path / "meta/argument_specs.yml").exists()
+            else {}
+        )
+        entry = str(self._task.args.get("entry_point") or "main")
+        options = ((specs or {}).get("argument_specs") or {}).get(entry, {}).get("options") or {}
+        defaults_file = path / "defaults/main.yml"
+        defaults = yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else {}
+        return role.get_name(), options, defaults or {}
+
+    def _value(self, name: str, task_vars: dict, defaults: dict) -> tuple[str, Any]:
+        """('ok', value) | ('unset', None) | ('later', None): a default that needs facts | ('error', msg)."""
+        if name not in task_vars:
+            return "unset", None
+        raw = task_vars[name]
+        try:
+            return "ok", self._templar.template(raw)
+        except AnsibleUndefinedVariable as exc:
+            if name in defaults and str(raw) == str(defaults[name]):
+                return "later", None  # the role's own default, computed from facts when the role runs
+            return "error", f"{name}={show(raw)} cannot be evaluated: {exc.message.splitlines()[0]}"
+        except AnsibleError as exc:
+            return "error", f"{name}={show(raw)} cannot be evaluated: {exc.message.splitlines()[0]}"
+
+    @staticmethod
+    def _derived(name: str, task_vars: dict, defaults: dict) -> bool:
+        raw = defaults.get(name)
+        return isinstance(raw, str) and "{{" in raw and str(task_vars.get(name)) == raw
+
+    # ---- the three steps -----------------------------------------------------------------------
+    def _check_spec(
+        self, options: dict, task_vars: dict, defaults: dict, conditional: set[str]
+    ) -> tuple[list[str], set[str]]:
+        problems: list[str] = []
+        bad: set[str] = set()
+        for name, spec in options.items():
+            state, value = self._value(name, task_vars, defaults)
+            if state == "unset":
+                if spec.get("required"):
+                    problems.append(f"{name} is not set: {hint(spec)}")
+                    bad.add(name)
+                continue
+            if state == "later":
+                bad.add(name)  # unknown yet: rules about it wait for the role's own run
+                continue
+            if state == "error":
+                problems.append(value)
+                bad.add(name)
+                continue
+            if self._derived(name, task_vars, defaults):
+                # the role's default, computed from another variable (e.g. sparkfleet_pins): the owner of that
+                # variable reports a bad value; rules about this one are skipped when it is bad
+                if placeholders(name, value) or (value is not None and type_problem(name, value, spec)):
+                    bad.add(name)
+                continue
+            # nested values and values that only matter sometimes (a rule with `when`): their rules say
+            held = placeholders(name, value) if isinstance(value, str) and name not in conditional else []
+            if held:
+                problems += [
+                    f"{p}='{PLACEHOLDER}' is the sample inventory's placeholder: {hint(spec)}" for p in held
+                ]
+                bad.add(name)
+                continue
+            if value is None and not spec.get("required"):
+                continue
+            problem = type_problem(name, value, spec)
+            if problem:
+                problems.append(problem)
+                bad.add(name)
+        return problems, bad
+
+    def _uniform_values(self, names: list[str], task_vars: dict, bad: set[str]) -> dict[str, Any]:
+        """This node's values of the variables that must be equal on every node; preflight's verdict
+        compares them across the nodes (a host_vars override that makes one node differ is refused)."""
+        values: dict[str, Any] = {}
+        for name in names:
+            if name in bad or name not in task_vars:
+                continue
+            try:
+                values[name] = self._templar.template(task_vars[name])
+            except AnsibleError:
+                continue
+        return values
+
+    def _kind_rule(self, rule: dict, names: list[str], hints: dict) -> list[str]:
+        """A value's format or range: `{var: X, kind: port}`, `{var: X, min: 1, max: 300, fix: ...}`."""
+        out = []
+        rule = {
+            **rule,
+            **self._templar.template({k: rule[k] for k in ("min", "max", "pattern", "fix") if k in rule}),
+        }
+        for bound in ("min", "max"):
+            if isinstance(rule.get(bound), str) and as_int(rule[bound]) is not None:
+                rule[bound] = as_int(rule[bound])
+        for name in names:
+            try:
+                value = self._templar.resolve_variable_expression(name)
+            except AnsibleUndefinedVariable:
+                continue  # unset: the spec says whether that is allowed
+            if value is None and rule.get("optional", True):
+                continue
+            if isinstance(value, str) and value.strip() == PLACEHOLDER:
+                fix = rule.get("fix") or hints.get(name.split(".")[0].split("[")[0], "")
+                out.append(f"{name}='{PLACEHOLDER}' is the sample inventory's placeholder: {fix}")
+                continue
+            want = check_kind(value, rule)
+            if want:
+                fix = rule.get("fix") or hints.get(name.split(".")[0].split("[")[0], "")
+                out.append(f"{name}={show(value)}: expected {want}" + (f"; {fix}" if fix else ""))
+        return out
+
+    def _check_rules(self, rules: list, bad: set[str], hints: dict | None = None) -> list[str]:
+        problems: list[str] = []
+        self.warnings_found: list[str] = []
+        for index, rule in enumerate(rules or []):
+            if not isinstance(rule, dict):
+                raise AnsibleError(f"sparkfleet.cluster.validate: rules[{index}] is not a mapping")
+            names = rule.get("var") or []
+            names = [names] if isinstance(names, str) else list(names)
+            if bad & set(names):
+                continue
+            try:
+                if rule.get("when") is not None and not self._templar.evaluate_conditional(
+                    conditional=rule["when"]
+                ):
+                    continue
+                if "kind" in rule or "min" in rule or "max" in rule:
+                    found = self._kind_rule(rule, names, hints or {})
+                    problems += found
+                    bad |= set(names) if found else set()
+                    continue
+                if "problems" in rule or "warnings" in rule:
+                    found = [str(p) for p in self._templar.template(rule.get("problems")) or []]
+                    self.warnings_found += [
+                        str(w) for w in self._templar.template(rule.get("warnings")) or []
+                    ]
+                    problems += found
+                    bad |= set(names) if found else set()
+                    continue
+                thats = rule.get("that")
+                thats = [thats] if isinstance(thats, str) else list(thats or [])
+                if all(self._templar.evaluate_conditional(conditional=t) for t in thats):
+                    continue
+                problems.append(
+                    str(self._templar.template(rule.get("msg") or f"rule {index} failed: {thats}"))
+                )
+                bad |= set(names)
+            except AnsibleError as exc:
+                first = exc.message.splitlines()[0]
+                msg = rule.get("msg")
+                try:
+                    shown = str(self._templar.template(msg)) if msg else f"rules[{index}]"
+                except AnsibleError:
+                    shown = f"{', '.join(names) or f'rules[{index}]'}: {msg}"
+                problems.append(f"{shown} (the check could not be evaluated: {first})")
+                bad |= set(names)
+        return problems
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        if self._task.args.get("reset"):
+            # preflight starts each run's verdict empty (facts of a task other than set_fact are host
+            # facts: they would otherwise carry the last run's problems over, through the fact cache)
+            empty = {
+                "sparkfleet_validation_problems": [],
+                "sparkfleet_validation_warnings": [],
+                "sparkfleet_validation_values": {},
+            }
+            result.update(changed=False, ansible_facts=empty, msg="verdict reset")
+            return result
+        role, options, defaults = self._role_files()
+        rules = list(self._task.args.get("rules") or [])
+        conditional = {
+            n
+            for r in rules
+            if isinstance(r, dict) and r.get("when") is not None
+            for n in ([r["var"]] if isinstance(r.get("var"), str) else list(r.get("var") or []))
+        }
+        problems, bad = self._check_spec(options, task_vars, defaults, conditional)
+        uniform = self._uniform_values(list(self._task.args.get("uniform") or []), task_vars, bad)
+        hints = {name: hint(spec) for name, spec in options.items()}
+        problems += self._check_rules(rules, bad, hints)
+        warnings = list(self.warnings_found)
+        collect = self._task.args.get("collect")
+        if collect is None:
+            collect = task_vars.get("sparkfleet_validate_collect", False)
+        result.update(changed=False, problems=problems, role=role)
+        if collect:
+            known = list(task_vars.get("sparkfleet_validation_problems") or [])
+            entries = [{"role": role, "msg": p} for p in problems]
+            seen = list(task_vars.get("sparkfleet_validation_warnings") or [])
+            values = dict(task_vars.get("sparkfleet_validation_values") or {})
+            values.update({name: {"role": role, "value": v} for name, v in uniform.items()})
+            result["ansible_facts"] = {
+                "sparkfleet_validation_problems": known + entries,
+                "sparkfleet_validation_warnings": seen + [{"role": role, "msg": w} for w in warnings],
+                "sparkfleet_validation_values": values,
+            }
+            result["msg"] = f"{role}: {len(problems)} problem(s) recorded"
+            return result
+        if problems:
+            result["failed"] = True
+            result["msg"] = [f"{role}: {len(problems)} input problem(s); nothing was changed:", *problems]
+        else:
+            result["msg"] = f"{role}: inputs OK"
+        if warnings:
+            result["warnings"] = warnings
+        return result

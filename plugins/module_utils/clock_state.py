@@ -1,0 +1,82 @@
+# The clock state sparkfleet records on a node, in one place: where it is, its format, one reader.
+#
+# nvidia-smi does not report a lock range, so what sparkfleet wrote is the truth for "what is configured":
+#   <state_dir>/clocks/gpu.conf   GPU_CLOCK_CAP_MHZ=N  (persistent; sourced by sparkfleet-clocks at boot)
+#   <state_dir>/clocks/cpu.conf   CPU_CLOCK_CAP_MHZ=N
+#   <run_dir>/clocks/gpu.applied  N                    (the cap applied since this boot; /run is a tmpfs)
+# 0 = stock clocks; no file = never configured (None). Standard library only (runs on the nodes).
+from __future__ import annotations
+
+import re
+
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import read_text
+
+GPU_KEY = "GPU_CLOCK_CAP_MHZ"
+CPU_KEY = "CPU_CLOCK_CAP_MHZ"
+STATE_DIR = "/var/lib/sparkfleet"
+RUN_DIR = "/run/sparkfleet"
+
+HEADERS = {
+    GPU_KEY: (
+        "# Written by sparkfleet (role gpu_clocks); do not edit: set gpu_clocks_cap_mhz and run\n"
+        "# `sparkfleet clocks set <MHz>`. The GPU clock cap this node is configured with, in MHz\n"
+        "# (0 = stock clocks); sparkfleet-clocks.service re-applies it at boot.\n"
+    ),
+    CPU_KEY: (
+        "# Written by sparkfleet (role gpu_clocks); do not edit: set gpu_clocks_cpu_cap_mhz.\n"
+        "# The CPU clock cap this node is configured with, in MHz (0 = stock clocks);\n"
+        "# sparkfleet-clocks.service re-applies it at boot.\n"
+    ),
+}
+
+
+def paths(state_dir: str = STATE_DIR, run_dir: str = RUN_DIR) -> dict[str, str]:
+    """The three files under sparkfleet's state and runtime directories."""
+    return {
+        "gpu_configured": f"{state_dir.rstrip('/')}/clocks/gpu.conf",
+        "gpu_applied": f"{run_dir.rstrip('/')}/clocks/gpu.applied",
+        "cpu_configured": f"{state_dir.rstrip('/')}/clocks/cpu.conf",
+    }
+
+
+def parse_cap(text: str | None, key: str = GPU_KEY) -> int | None:
+    """The cap in a state file's text (`KEY=N`; as the boot script sources it, the last one counts) or in
+    the applied marker's (the number alone). None when the text holds neither."""
+    if text is None:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    found = None
+    for line in lines:
+        match = re.fullmatch(rf"{re.escape(key)}=([\"']?)(\d+)\1", line)
+        if match:
+            found = int(match.group(2))
+    if found is None and len(lines) == 1 and lines[0].isdigit():
+        return int(lines[0])
+    return found
+
+
+def read_cap(path: str | None, key: str = GPU_KEY) -> int | None:
+    """The cap recorded in a state or marker file; None when the file is missing or holds none."""
+    return parse_cap(read_text(path), key)
+
+
+def read_caps(state_dir: str = STATE_DIR, run_dir: str = RUN_DIR, root: str = "/") -> dict[str, int | None]:
+    """gpu_configured, gpu_applied, cpu_configured (root prefixes every path: tests)."""
+    keys = {"gpu_configured": GPU_KEY, "gpu_applied": GPU_KEY, "cpu_configured": CPU_KEY}
+    prefix = root.rstrip("/")
+    return {name: read_cap(prefix + path, keys[name]) for name, path in paths(state_dir, run_dir).items()}
+
+
+def state_text(cap: int, key: str = GPU_KEY) -> str:
+    """The state file sparkfleet writes for a cap (the header says who wrote it and how to change it)."""
+    return f"{HEADERS[key]}{key}={cap}\n"
+
+
+def state_diff(path: str, before: int | None, after: int, key: str = GPU_KEY) -> dict:
+    """Ansible's diff of a state file going from the cap `before` (None: no file) to `after`."""
+    return {
+        "before_header": path,
+        "after_header": path,
+        "before": "" if before is None else state_text(before, key),
+        "after": state_text(after, key),
+    }
