@@ -88,6 +88,13 @@ def host_status_table(data: dict[str, Any]) -> str:
         reasons = hosts[name].get("reboot_reasons") or []
         if reasons:
             lines.append(f"! {name}: reboot needed: {'; '.join(reasons)}")
+    skipped: dict[tuple[str, str], list[str]] = {}  # (check, why) -> hosts where it cannot apply
+    for name in names:
+        for c in by_host[name].values():
+            if c.get("status") == "n/a":
+                skipped.setdefault((c["check"], str(c.get("fix") or "")), []).append(name)
+    for (check, why), where in skipped.items():
+        lines.append(f"n/a {check} on {', '.join(where)}: {why}")
     off = [n for n in names if hosts[n].get("off")]
     lines.append(f"checks off on: {', '.join(off)}" if off else f"every check passed on {', '.join(names)}")
     return "\n".join(lines) + "\n"
@@ -111,7 +118,8 @@ def clocks_table(data: dict[str, Any]) -> str:
         applied = "yes" if c.get("gpu_in_effect") else "NO (not applied since boot)"
         cpu = _mhz(c.get("cpu_cap_mhz"))
         if c.get("cpu_skipped"):
-            cpu += f" ({c['cpu_skipped']})"
+            cpu += " (not applied)"
+            notes.append(f"! {name}: CPU cap not applied: {c['cpu_skipped']}")
         rows.append([name, _mhz(c.get("gpu_cap_mhz")), applied, sm, "YES" if c.get("latched") else "no", cpu])
         wanted = c.get("wanted_gpu_cap_mhz")
         if wanted is not None and wanted != c.get("gpu_cap_mhz"):

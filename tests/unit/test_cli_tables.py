@@ -15,12 +15,15 @@ from sparkfleet.runner import SCHEMA_FILE
 
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
 
+NA = {"check": "cmdline", "value": "-", "expected": "kho=off", "status": "n/a", "fix": "no kernel of its own"}
 CHECKS = {
     "local1": [
+        NA,
         {"check": "THP", "value": "never", "expected": "never", "status": "ok", "fix": ""},
         {"check": "swap", "value": "0 MiB", "expected": "16384 MiB", "status": "off", "fix": "run host"},
     ],
     "local2": [
+        NA,
         {"check": "THP", "value": "never", "expected": "never", "status": "ok", "fix": ""},
         {"check": "swap", "value": "16384 MiB", "expected": "16384 MiB", "status": "ok", "fix": ""},
     ],
@@ -87,7 +90,9 @@ def test_the_cli_draws_the_table_and_mutes_the_roles_text(
     assert "TEXT REPORT" not in out  # sparkfleet_cli_tables=true: the role left its text out
     table = out[out.index("HOST STATUS") :].splitlines()
     assert table[1].split() == ["CHECK", "local1", "local2"]
-    assert table[3].split() == ["THP", "ok", "ok"] and table[4].split() == ["swap", "OFF", "ok"]
+    assert table[3].split() == ["cmdline", "n/a", "n/a"]
+    assert table[4].split() == ["THP", "ok", "ok"] and table[5].split() == ["swap", "OFF", "ok"]
+    assert "n/a cmdline on local1, local2: no kernel of its own" in table
     assert "! local1: swap: 0 MiB (expected 16384 MiB; run host)" in table
     assert "checks off on: local1" in table
     # `run` draws no table: the playbook's own text stays
@@ -141,7 +146,8 @@ def test_clocks_table() -> None:
     lines = tables.clocks_table({"clocks": CLOCKS}).splitlines()
     assert lines[1].split()[:3] == ["NODE", "GPU", "CAP"]
     assert lines[3].startswith("spark1") and "2300 MHz" in lines[3] and "2281/3003" in lines[3]
-    assert "not set" in lines[4] and "YES" in lines[4] and "not set (no cpufreq)" in lines[4]
+    assert "not set" in lines[4] and "YES" in lines[4] and "not set (not applied)" in lines[4]
+    assert "! spark2: CPU cap not applied: no cpufreq" in lines
     assert "! spark2: the inventory wants GPU cap 2300 MHz: run `sparkfleet clocks set 2300`" in lines
     assert any("spark2: the GPU looks latched" in line for line in lines)
 
