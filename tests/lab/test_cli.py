@@ -161,6 +161,21 @@ def test_start_shows_the_engine_loading(lab) -> None:
     assert "engine ready on" in out
 
 
+@pytest.mark.destructive
+def test_reboot_shows_each_node_coming_back(lab) -> None:
+    """`sparkfleet reboot --force` (a lab node's reboot is a container restart): every node's state
+    during ansible's reboot wait, from sparkfleet.cluster.reboot."""
+    proc = sparkfleet(lab, "reboot", "--force")
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    lines = task_lines(out, "Reboot every node at once")
+    for host in lab.hosts:
+        mine = [line for line in lines if line.startswith(f"  {host}: reboot: ")]
+        assert any("reboot command sent" in line for line in mine), lines
+        done = re.compile(r"waiting for the new boot: done after \d+ tr(y|ies) \(\d+")
+        assert any(done.search(m) for m in mine), lines
+
+
 def test_status_host_status_and_clocks_draw_tables_from_the_data(lab) -> None:
     status = sparkfleet(lab, "status")
     assert status.returncode == 0, status.stdout + status.stderr
