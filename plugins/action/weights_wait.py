@@ -26,10 +26,32 @@ INTERNAL = (
 )
 
 
+def poll_event(job: dict, poll: dict, finished: bool) -> dict:
+    """One poll as an async-poll result; every poll is reported, the last one too (where the step
+    ended: 100 %, per worker)."""
+    status = poll.get("progress") or {}
+    if not finished and status.get("state") != "running":
+        status = {}  # the last run's file, until this job writes its first progress
+    event = {"ansible_job_id": job.get("ansible_job_id"), "started": 1, "finished": int(finished)}
+    if status.get("line"):
+        event.update({PROGRESS_KEY: status["line"], PROGRESS_DATA_KEY: from_status_file(status)})
+    return event
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "status_file", "interval", "timeout"))
     _requires_connection = True
+
+    def _results_file(self, job: dict) -> str | None:
+        if job.get("results_file"):
+            return job["results_file"]
+        if job.get("ansible_job_id"):
+            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
+            # where ansible's own would be: async_dir/JOB_ID on the node.
+            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
+            return f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
+        return None
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -38,12 +60,7 @@ class ActionModule(ActionBase):
         if job.get("skipped"):
             result.update(skipped=True, msg="the task was skipped")
             return result
-        results_file = job.get("results_file")
-        if not results_file and job.get("ansible_job_id"):
-            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
-            # where ansible's own would be: async_dir/JOB_ID on the node.
-            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
-            results_file = f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
+        results_file = self._results_file(job)
         if not results_file:
             result.update(
                 failed=True, msg="job: pass the registered result of a task run with async and poll: 0"
@@ -64,17 +81,15 @@ class ActionModule(ActionBase):
             if poll.get("failed") or poll.get("unreachable"):
                 result.update(failed=True, msg=f"polling the job failed: {poll.get('msg')}")
                 return result
-            status = poll.get("progress") or {}
-            line = status.get("line")
+            finished = bool(poll.get("finished"))
+            event = poll_event(job, poll, finished)
+            line = event.get(PROGRESS_KEY)
             now = time.monotonic()
-            if poll.get("finished"):
-                break
-            event = {"ansible_job_id": job.get("ansible_job_id"), "started": 1, "finished": 0}
-            if line:
-                event.update({PROGRESS_KEY: line, PROGRESS_DATA_KEY: from_status_file(status)})
             if not report(self._task, event) and line and (line != last_line or now - last_print >= 60):
                 display.display(f"  {host}: {line}")  # no worker queue: plain output, as before
                 last_line, last_print = line, now
+            if finished:
+                break
             if now - start > timeout:
                 result.update(
                     failed=True,

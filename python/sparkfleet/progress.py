@@ -367,15 +367,17 @@ class Progress:
     def _on_runner_item_on_skipped(self, data: dict, event: dict) -> None:
         self._item(data, "skipped")
 
-    def _progress(self, host: str, res: dict[str, Any], note: str) -> None:
-        """A long step's report: its meters (the live area), or throttled plain lines."""
+    def _progress(self, host: str, res: dict[str, Any], note: str, *, force: bool = False) -> None:
+        """A long step's report: its meters (the live area), or throttled plain lines (the last
+        report of a step, `finished`, always)."""
         self.hosts_started.setdefault(host, self.clock())
         meters = meters_from(host, res, note)
         for part, meter in meters.items():
             self.meters[(host, part)] = meter
+        self._refresh(force=True)  # a step reports at most every second or so: show each report
         if not self.tty:
             for part, meter in meters.items():
-                self._plain_note(host, part, meter.line())
+                self._plain_note(host, part, meter.line(), force=force)
 
     def _plain_note(self, host: str, part: str, line: str, *, force: bool = False) -> None:
         """Without a terminal: a progress line per host (and part) at most every few seconds."""
@@ -407,7 +409,7 @@ class Progress:
         if not note or res.get("sparkfleet_progress") is None:
             waited = fmt_duration(self.clock() - self.task_started)
             note = f"{note} ({waited})" if note else f"still running ({waited})"
-        self._progress(host, res, note)
+        self._progress(host, res, note, force=res.get("finished") == 1)
 
     def _on_runner_on_file_diff(self, data: dict, event: dict) -> None:
         if self.show_diff and self.verbosity < 2 and event.get("stdout"):

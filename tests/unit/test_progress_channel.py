@@ -4,6 +4,7 @@ polling a real progress file, through ansible-playbook and ansible-runner at nor
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ def test_wait_action_progress_reaches_the_display(
 ) -> None:
     monkeypatch.setenv("SPARKFLEET_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("SPARKFLEET_STRATEGY", strategy)
+    # the last run's progress file is still there until the new job writes its own: never shown
+    stale = {"phase": "copy", "state": "done", "line": "copy: STALE 100%", "done_bytes": 9, "total_bytes": 9}
+    (tmp_path / "progress.json").write_text(json.dumps(stale))
     events: list[dict] = []
     out = io.StringIO()
     result = run_playbook(
@@ -43,6 +47,8 @@ def test_wait_action_progress_reaches_the_display(
     assert data and all(d["label"] == "copy" and d["total"] == 4000 and d["unit"] == "B" for d in data)
     assert all(set(d["parts"]) == {"w1", "w2"} for d in data)
     assert any(p["sparkfleet_progress"].startswith("copy: ") for p in polls if "sparkfleet_progress" in p)
+    assert "STALE" not in json.dumps(polls) and "STALE" not in out.getvalue()
+    assert polls[-1]["finished"] == 1 and polls[-1]["sparkfleet_progress_data"]["done"] == 4000  # the end too
     # each poll is also an event ansible's own output shows (what -vv and ansible-navigator see)
     stdout = (result.artifacts_dir / "stdout").read_text()
     assert "ASYNC POLL on local1" in stdout

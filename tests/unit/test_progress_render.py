@@ -4,6 +4,8 @@ and with recorded events of the roles' long steps."""
 from __future__ import annotations
 
 import io
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,59 @@ def test_copy_progress_plain_and_on_a_terminal() -> None:
     worker = [r for r in bar_rows if r.startswith("  spark1 → spark2 ")]
     assert worker and worker[-1].rstrip().endswith("(40.0%), 400.0 MB/s, ETA 3.0s")
     assert any(r.startswith("  spark1 ") and "1.2 GB / 4.0 GB (30.0%)" in r for r in bar_rows)
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "events"
+
+
+def replay(name: str, *, tty: bool) -> str:
+    """Recorded events of the real roles in the lab (tests/unit/fixtures/events, trimmed job_events),
+    replayed at their recorded times."""
+    import datetime as dt
+
+    events = json.loads((FIXTURES / name).read_text())
+    times = [dt.datetime.fromisoformat(e["created"]).timestamp() for e in events]
+    clock = FakeClock()
+    clock.now = times[0]
+    out = io.StringIO()
+    progress = Progress(out, tty=tty, clock=clock, width=160)
+    for when, event in zip(times, events, strict=True):
+        clock.now = when
+        progress(event)
+    progress.close()
+    return strip_ansi(out.getvalue())
+
+
+def test_recorded_weights_download_and_copy() -> None:
+    plain = replay("weights-download-and-copy.json", tty=False).splitlines()
+    first = "  spark1: download: 548.0 MB / 630.1 MB (87.0%), 2.0 MB/s, ETA 0m40s, files 16/17; 1 files to"
+    assert any(line.startswith(first) for line in plain)
+    last = "  spark1: download: 630.1 MB / 630.1 MB (100.0%), 19.9 MB/s, ETA 0m00s, files 17/17; complete"
+    assert last in plain
+    # the polls in between came less than 5 s apart: not printed, but the end always is
+    assert not any("(91.3%)" in line for line in plain)
+    assert any(line.startswith("  spark1 → spark2: copy 0 B / 84.2 MB (0.0%)") for line in plain)
+    assert any(line.startswith("  spark1 → spark2: copy 84.2 MB / 84.2 MB (100.0%)") for line in plain)
+    tty = replay("weights-download-and-copy.json", tty=True)
+    # on a terminal every poll redraws the bar
+    assert re.search(r"  spark1 +[━╸╺]+ *download 575\.2 MB / 630\.1 MB \(91\.3%\), 14\.5 MB/s, ETA \d", tty)
+    assert re.search(r"  spark1 → spark2 +[━╸╺]+ *copy 84\.2 MB / 84\.2 MB \(100\.0%\)", tty)
+
+
+def test_recorded_engine_start() -> None:
+    plain = replay("engine-start.json", tty=False).splitlines()
+    probes = [line for line in plain if line.startswith("  spark1: ") and "(attempt " in line]
+    assert probes and probes[0].endswith("(attempt 1/301)") and "Connection refused" in probes[0]
+    assert plain[-1].startswith("  spark1: ok: ready: ")
+
+
+def test_recorded_reboot() -> None:
+    plain = replay("reboot.json", tty=False).splitlines()
+    for host in ("spark1", "spark2"):
+        mine = [line for line in plain if line.startswith(f"  {host}: reboot: ")]
+        assert mine[0].startswith(f"  {host}: reboot: reboot command sent")
+        assert any("waiting for the new boot, try " in line and "Connection refused" in line for line in mine)
+        assert any("waiting for the new boot: done after " in line for line in mine)
 
 
 def test_plain_notes_are_throttled_per_host() -> None:
