@@ -308,7 +308,7 @@ def vault_inventory(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     (inv / "hosts.yml").write_text(LOCAL.read_text())
     secrets = {
         "model_weights_hf_token": "hf_VaultedToken_7e3a",
-        "engine_service_api_key": "sk-Vaulted-Key-19bd",
+        "client_api_key": "sk-Vaulted-Key-19bd",
     }
     pw = secret_file(tmp_path / "vault-pw", "Vault-Pass-6060")
     encrypt(inv / "group_vars" / "all" / "secrets.yml", json.dumps(secrets), pw)
@@ -321,7 +321,7 @@ def _vault_run(inv: Path, secrets: dict[str, str], **kw):
         [inv],
         extravars={
             "expected_token_sha": sha(secrets["model_weights_hf_token"]),
-            "expected_key_sha": sha(secrets["engine_service_api_key"]),
+            "expected_key_sha": sha(secrets["client_api_key"]),
         },
         project_dir=REPO,
         quiet=True,
