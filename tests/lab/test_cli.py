@@ -176,6 +176,7 @@ def test_reboot_shows_each_node_coming_back(lab) -> None:
         assert any(done.search(m) for m in mine), lines
 
 
+@pytest.mark.any_topology  # the same on TP2 and TP3: the tp3 scenario runs it
 def test_status_host_status_and_clocks_draw_tables_from_the_data(lab) -> None:
     status = sparkfleet(lab, "status")
     assert status.returncode == 0, status.stdout + status.stderr
@@ -193,6 +194,7 @@ def test_status_host_status_and_clocks_draw_tables_from_the_data(lab) -> None:
     assert hstatus.returncode == (2 if any("! " in line for line in htable) else 0), hstatus.stdout
 
 
+@pytest.mark.any_topology  # the same on TP2 and TP3: the tp3 scenario runs it
 def test_json_carries_the_roles_data(lab) -> None:
     for verb, key in (("status", "engine_status"), ("host-status", "host_status"), ("clocks show", "clocks")):
         proc = sparkfleet(lab, verb, "--json", "-q")
