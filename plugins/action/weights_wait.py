@@ -1,10 +1,18 @@
-# Wait for an async model_weights task and print its progress between polls (runs on the controller).
+# Wait for an async model_weights task and report its progress between polls (runs on the controller).
+# Each poll is sent as an async-poll event of this task (plugin_utils/progress.py): bytes done/total,
+# rate and ETA, per worker for a copy, reach sparkfleet's display and every callback at normal verbosity.
 from __future__ import annotations
 
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.progress import (
+    PROGRESS_DATA_KEY,
+    PROGRESS_KEY,
+    from_status_file,
+    report,
+)
 
 display = Display()
 
@@ -18,10 +26,32 @@ INTERNAL = (
 )
 
 
+def poll_event(job: dict, poll: dict, finished: bool) -> dict:
+    """One poll as an async-poll result; every poll is reported, the last one too (where the step
+    ended: 100 %, per worker)."""
+    status = poll.get("progress") or {}
+    if not finished and status.get("state") != "running":
+        status = {}  # the last run's file, until this job writes its first progress
+    event = {"ansible_job_id": job.get("ansible_job_id"), "started": 1, "finished": int(finished)}
+    if status.get("line"):
+        event.update({PROGRESS_KEY: status["line"], PROGRESS_DATA_KEY: from_status_file(status)})
+    return event
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "status_file", "interval", "timeout"))
     _requires_connection = True
+
+    def _results_file(self, job: dict) -> str | None:
+        if job.get("results_file"):
+            return job["results_file"]
+        if job.get("ansible_job_id"):
+            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
+            # where ansible's own would be: async_dir/JOB_ID on the node.
+            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
+            return f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
+        return None
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -30,12 +60,7 @@ class ActionModule(ActionBase):
         if job.get("skipped"):
             result.update(skipped=True, msg="the task was skipped")
             return result
-        results_file = job.get("results_file")
-        if not results_file and job.get("ansible_job_id"):
-            # mitogen's async (SPARKFLEET_STRATEGY=mitogen) registers no results_file; its job file is
-            # where ansible's own would be: async_dir/JOB_ID on the node.
-            async_dir = self.get_shell_option("async_dir", default="~/.ansible_async")
-            results_file = f"{async_dir.rstrip('/')}/{job['ansible_job_id']}"
+        results_file = self._results_file(job)
         if not results_file:
             result.update(
                 failed=True, msg="job: pass the registered result of a task run with async and poll: 0"
@@ -56,15 +81,15 @@ class ActionModule(ActionBase):
             if poll.get("failed") or poll.get("unreachable"):
                 result.update(failed=True, msg=f"polling the job failed: {poll.get('msg')}")
                 return result
-            line = (poll.get("progress") or {}).get("line")
+            finished = bool(poll.get("finished"))
+            event = poll_event(job, poll, finished)
+            line = event.get(PROGRESS_KEY)
             now = time.monotonic()
-            if poll.get("finished"):
-                if line and line != last_line:
-                    display.display(f"  {host}: {line}")
-                break
-            if line and (line != last_line or now - last_print >= 60):
-                display.display(f"  {host}: {line}")
+            if not report(self._task, event) and line and (line != last_line or now - last_print >= 60):
+                display.display(f"  {host}: {line}")  # no worker queue: plain output, as before
                 last_line, last_print = line, now
+            if finished:
+                break
             if now - start > timeout:
                 result.update(
                     failed=True,
@@ -81,6 +106,9 @@ class ActionModule(ActionBase):
         outcome = dict(poll.get("job") or {})
         for key in INTERNAL:
             outcome.pop(key, None)
+        final = (poll.get("progress") or {}).get("line")
+        if final:
+            outcome.setdefault(PROGRESS_KEY, final)  # the last word of the step: 100 %, or where it stopped
         result.update(outcome)
         result["changed"] = bool(outcome.get("changed"))
         if outcome.get("failed"):

@@ -306,6 +306,7 @@ class Progress:
         self.skipped = 0
         self.start = time.monotonic()
         self.detail = ""
+        self.parts: dict[str, dict] = {}  # per part (e.g. per worker of a copy): done/total bytes, rate, ETA
         self._lock = threading.Lock()
         self._last = 0.0
         self._samples: list[tuple[float, int]] = []
@@ -351,6 +352,7 @@ class Progress:
             "elapsed_s": round(time.monotonic() - self.start, 1),
             "detail": self.detail,
             "line": self.line(rate),
+            **({"parts": self.parts} if self.parts else {}),
         }
 
     def line(self, rate: float | None = None) -> str:

@@ -313,14 +313,35 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912 - plan
             d.stop()
 
 
+def per_worker(streams: list, sizes: dict[str, int], samples: dict[str, list], now: float) -> dict:
+    """Each worker's part of the copy: bytes done of its total, its rate over the last 30 s, ETA."""
+    out = {}
+    for host, total in sizes.items():
+        done = min(total, sum(s.bytes_done for s in streams if s.host == host))
+        seen = [x for x in samples.get(host, []) if now - x[0] <= 30] + [(now, done)]
+        samples[host] = seen
+        t0, d0 = seen[0]
+        rate = (done - d0) / (now - t0) if now - t0 >= 0.5 else 0.0
+        left = total - done
+        eta = round(left / rate) if rate > 0 and left else (0 if not left else None)
+        out[host] = {"done_bytes": done, "total_bytes": total, "rate_bps": round(rate), "eta_s": eta}
+    return out
+
+
 def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> dict:
     progress = Progress(params.get("status_file"), "copy", total, sum(len(f) for f in todo.values()))
     progress.detail = f"{len(streams)} rsync streams to {', '.join(sorted(todo))}"
+    sizes: dict[str, int] = {}
+    for s in streams:
+        sizes[s.host] = sizes.get(s.host, 0) + sum(int(f["size"]) for f in s.files)
+    samples: dict[str, list] = {}
+    progress.parts = per_worker(streams, sizes, samples, time.monotonic())
     progress.maybe_write(force=True)
     start = time.monotonic()
     for s in streams:
         s.start()
     while any(s.proc and s.proc.poll() is None for s in streams):
+        progress.parts = per_worker(streams, sizes, samples, time.monotonic())
         progress.set_done(min(total, sum(s.bytes_done for s in streams)))
         progress.files_done = sum(len(s.sent_files) for s in streams)
         progress.maybe_write()
@@ -337,6 +358,10 @@ def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> d
     with contextlib.suppress(OSError):
         os.rmdir(tmpdir)
     progress.files_done = sum(len(s.sent_files) for s in streams)
+    progress.parts = per_worker(streams, sizes, samples, time.monotonic())
+    if not failed:  # rsync's own count can end short of the sizes (files already there): all are there now
+        for part in progress.parts.values():
+            part.update(done_bytes=part["total_bytes"], eta_s=0)
     progress.set_done(total if not failed else progress.done)
     progress.maybe_write(force=True, state="failed" if failed else "done")
     copied: dict[str, list[str]] = {}

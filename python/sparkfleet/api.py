@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from sparkfleet.runner import RunResult, find_project, run_playbook
+from sparkfleet.runner import AnsibleOptions, Passwords, RunResult, find_project, run_playbook
 
 # Verb → playbook, relative to the project (docs/CONTRACTS.md).
 PLAYBOOKS: dict[str, str] = {
@@ -54,7 +54,7 @@ REBOOT_FORCE_VAR = "host_tuning_reboot_force"
 
 
 class RunOptions(TypedDict, total=False):
-    """The options every verb takes (the CLI's --check, --diff, --limit, --tags, -e, -v)."""
+    """The options every verb takes: the CLI's run options and ansible-playbook's own."""
 
     check: bool
     diff: bool
@@ -65,6 +65,55 @@ class RunOptions(TypedDict, total=False):
     verbosity: int
     on_event: Callable[[dict], None] | None
     quiet: bool
+    # ansible-playbook parity (docs/cli.md "ansible-playbook's options")
+    forks: int | None
+    user: str | None
+    private_key: str | None
+    become_password: str | None  # answered at ansible's BECOME prompt (-K), never on disk
+    become_password_file: str | None
+    vault_ids: list[str]  # LABEL@FILE or FILE
+    vault_password_files: list[str]
+    vault_password: str | None  # answered at ansible's vault prompt (--ask-vault-pass)
+    vault_id_passwords: dict[str, str]  # LABEL -> password, for --vault-id LABEL@prompt
+    start_at_task: str | None
+    flush_cache: bool
+    list_hosts: bool
+    list_tasks: bool
+    list_tags: bool
+    syntax_check: bool
+    ansible_args: list[str]  # anything else for ansible-playbook (the CLI's `--`)
+
+
+_ANSIBLE_FIELDS = {
+    "forks": "forks",
+    "user": "user",
+    "private_key": "private_key",
+    "become_password_file": "become_password_file",
+    "vault_ids": "vault_ids",
+    "vault_password_files": "vault_password_files",
+    "start_at_task": "start_at_task",
+    "flush_cache": "flush_cache",
+    "list_hosts": "list_hosts",
+    "list_tasks": "list_tasks",
+    "list_tags": "list_tags",
+    "syntax_check": "syntax_check",
+    "ansible_args": "extra",
+}
+
+
+def runner_kwargs(options: RunOptions) -> dict[str, Any]:
+    """RunOptions -> run_playbook's keyword arguments (ansible's options and passwords grouped)."""
+    opts: dict[str, Any] = dict(options)
+    ansible = {dest: opts.pop(name) for name, dest in _ANSIBLE_FIELDS.items() if name in opts}
+    for key in ("vault_ids", "vault_password_files", "extra"):
+        if key in ansible:
+            ansible[key] = list(ansible[key] or [])
+    passwords = Passwords(
+        become=opts.pop("become_password", None),
+        vault=opts.pop("vault_password", None),
+        vault_ids=dict(opts.pop("vault_id_passwords", None) or {}),
+    )
+    return {**opts, "ansible": AnsibleOptions(**ansible), "passwords": passwords}
 
 
 class Cluster:
@@ -88,7 +137,7 @@ class Cluster:
 
     def run(self, playbook: str | Path, **options: Unpack[RunOptions]) -> RunResult:
         """Run any playbook (a path, or relative to the cwd or the project) against this cluster."""
-        opts: dict[str, Any] = {"quiet": True, **options}
+        opts = runner_kwargs({"quiet": True, **options})
         return run_playbook(playbook, self.inventories, project_dir=self.project_dir, **opts)
 
     def verb(self, name: str, **options: Unpack[RunOptions]) -> RunResult:

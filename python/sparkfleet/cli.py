@@ -7,12 +7,14 @@ Exit codes: 0 ok, 1 ansible could not run the playbook (or sparkfleet could not 
 from __future__ import annotations
 
 import argparse
+import getpass
 import importlib
 import importlib.util
 import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,18 @@ import yaml
 from sparkfleet import __version__
 from sparkfleet.api import CLOCKS_CAP_VAR, PLAYBOOKS, REBOOT_FORCE_VAR, REBOOT_VAR, VERB_HELP
 from sparkfleet.progress import Progress, render_recap
-from sparkfleet.runner import EXIT_ERROR, EXIT_INTERRUPTED, RunnerError, find_project, run_playbook
+from sparkfleet.runner import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    AnsibleOptions,
+    Passwords,
+    RunnerError,
+    find_project,
+    run_playbook,
+)
+from sparkfleet.tables import CLI_TABLES_VAR, TABLES
+
+PLAN_FORMATS = ("text", "mermaid", "svg")
 
 EXIT_USAGE = 64
 
@@ -99,6 +112,68 @@ def _common_options() -> argparse.ArgumentParser:
     g.add_argument(
         "--project-dir", default=argparse.SUPPRESS, metavar="DIR", help="the sparkfleet checkout to run from"
     )
+    a = common.add_argument_group(
+        "ansible-playbook's options",
+        "passed to ansible-playbook as they are; anything else goes after `--` "
+        "(e.g. `sparkfleet up -i inv -- --force-handlers`)",
+    )
+    a.add_argument(
+        "-f", "--forks", type=_positive_int, metavar="N", help="parallel processes (ansible's --forks)"
+    )
+    a.add_argument(
+        "-u", "--user", metavar="USER", help="connect as this user (the inventory's ansible_user wins)"
+    )
+    a.add_argument(
+        "--private-key", "--key-file", dest="private_key", metavar="FILE", help="the SSH private key to use"
+    )
+    a.add_argument(
+        "-K",
+        "--ask-become-pass",
+        action="store_true",
+        help="ask for the sudo password (typed into ansible's prompt; never on disk, in argv or logs)",
+    )
+    a.add_argument(
+        "--become-password-file",
+        "--become-pass-file",
+        dest="become_password_file",
+        metavar="FILE",
+        help="read the sudo password from FILE (as ansible-playbook does)",
+    )
+    a.add_argument(
+        "--vault-id",
+        dest="vault_ids",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a vault identity: LABEL@FILE, FILE, or LABEL@prompt (sparkfleet asks); repeatable",
+    )
+    a.add_argument(
+        "--vault-password-file",
+        "--vault-pass-file",
+        dest="vault_password_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the vault password file; repeatable",
+    )
+    a.add_argument(
+        "-J",
+        "--ask-vault-pass",
+        "--ask-vault-password",
+        dest="ask_vault_pass",
+        action="store_true",
+        help="ask for the vault password",
+    )
+    a.add_argument(
+        "--list-hosts", action="store_true", help="list the hosts each play would run on; run nothing"
+    )
+    a.add_argument("--list-tasks", action="store_true", help="list the tasks that would run; run nothing")
+    a.add_argument("--list-tags", action="store_true", help="list the tags; run nothing")
+    a.add_argument("--syntax-check", action="store_true", help="check the playbook's syntax; run nothing")
+    a.add_argument("--start-at-task", metavar="NAME", help="start at the task of this name")
+    a.add_argument(
+        "--flush-cache", action="store_true", help="clear the fact cache of every host in the inventory"
+    )
     return common
 
 
@@ -131,6 +206,16 @@ def parse_extravars(values: list[str]) -> dict[str, Any]:
                     raise ValueError(f"-e {value!r}: expected key=value, got {token!r}")
                 merged[key] = val
     return merged
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
 def _positive_mhz(text: str) -> int:
@@ -174,7 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="reboot every node of the cluster even when none reports a pending change",
             )
-        p.set_defaults(func=_run_verb, playbook=PLAYBOOKS[verb], verb_vars=verb_vars, verb_tags=None)
+        p.set_defaults(
+            func=_run_verb,
+            playbook=PLAYBOOKS[verb],
+            verb_vars=verb_vars,
+            verb_tags=None,
+            table=verb if verb in TABLES else None,
+        )
 
     clocks = subparsers.add_parser(
         "clocks",
@@ -189,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Cap the GPU clocks at MHZ (sets -e {CLOCKS_CAP_VAR}=MHZ).",
     )
     cset.add_argument("mhz", type=_positive_mhz, metavar="MHZ", help="the cap, in MHz")
-    cset.set_defaults(func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags=None)
+    cset.set_defaults(
+        func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags=None, table="clocks"
+    )
     creset = clock_cmds.add_parser(
         "reset",
         parents=[common],
@@ -197,7 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Remove the GPU clock cap (sets -e {CLOCKS_CAP_VAR}=0).",
     )
     creset.set_defaults(
-        func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={CLOCKS_CAP_VAR: 0}, verb_tags=None
+        func=_run_verb,
+        playbook=PLAYBOOKS["clocks"],
+        verb_vars={CLOCKS_CAP_VAR: 0},
+        verb_tags=None,
+        table="clocks",
     )
     cshow = clock_cmds.add_parser(
         "show",
@@ -205,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the clock state of every node; changes nothing",
         description="Show the GPU clock state of every node (runs only the tasks tagged `show`).",
     )
-    cshow.set_defaults(func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags="show")
+    cshow.set_defaults(
+        func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags="show", table="clocks"
+    )
 
     run = subparsers.add_parser(
         "run",
@@ -214,10 +313,62 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run PLAYBOOK (a path; relative to the cwd, else to the project) like a verb.",
     )
     run.add_argument("playbook", metavar="PLAYBOOK", help="the playbook to run")
-    run.set_defaults(func=_run_verb, verb_vars={}, verb_tags=None)
+    run.set_defaults(func=_run_verb, verb_vars={}, verb_tags=None, table=None)
+
+    plan = subparsers.add_parser(
+        "plan",
+        help="draw the cluster's cabling and addressing plan from the inventory; contacts no host",
+        description=(
+            "Draw the cabling and addressing plan (nodes, ranks, QSFP ports, rails, subnets, addresses) "
+            "that role cluster_plan computes, from the inventory alone: no host is contacted."
+        ),
+    )
+    plan.add_argument(
+        "-i",
+        "--inventory",
+        dest="inventories",
+        action="append",
+        required=True,
+        metavar="INVENTORY",
+        help="inventory directory or file; repeat to layer (later ones win)",
+    )
+    plan.add_argument("--format", choices=PLAN_FORMATS, default="text", help="text (default), mermaid or svg")
+    plan.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    plan.add_argument(
+        "--vault-password-file",
+        dest="vault_password_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="for vault-encrypted inventory files; repeatable",
+    )
+    plan.add_argument("-J", "--ask-vault-pass", dest="ask_vault_pass", action="store_true", help="ask for it")
+    plan.add_argument(
+        "--project-dir", default=argparse.SUPPRESS, metavar="DIR", help="the sparkfleet checkout to run from"
+    )
+    plan.set_defaults(func=_run_plan)
 
     _register_lab(subparsers)
     return parser
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from sparkfleet.plan import RENDER, load_plan
+
+    project = find_project(getattr(args, "project_dir", None))
+    vault_password = ask_password("Vault password: ") if args.ask_vault_pass else None
+    plan = load_plan(
+        args.inventories,
+        project,
+        vault_password_files=args.vault_password_files,
+        vault_password=vault_password,
+    )
+    text = RENDER[args.format](plan)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _register_lab(subparsers: argparse._SubParsersAction) -> None:
@@ -244,26 +395,83 @@ def _lab_unavailable(problem: str) -> int:
     return EXIT_ERROR
 
 
-def _run_verb(args: argparse.Namespace) -> int:
+def ask_password(prompt: str) -> str:
+    """A password typed at the terminal (no echo); without one, the next line of stdin."""
+    return getpass.getpass(prompt)
+
+
+def passwords_for(args: argparse.Namespace, ask: Callable[[str], str] = ask_password) -> Passwords:
+    """Ask for what -K, --ask-vault-pass and --vault-id LABEL@prompt need, before anything runs."""
+    passwords = Passwords()
+    if args.ask_become_pass:
+        passwords.become = ask("BECOME password: ")
+    if args.ask_vault_pass:
+        passwords.vault = ask("Vault password: ")
+    for vault_id in args.vault_ids:
+        label, sep, source = vault_id.partition("@")
+        if sep and source == "prompt":
+            passwords.vault_ids[label] = ask(f"Vault password ({label}): ")
+    return passwords
+
+
+def ansible_options(args: argparse.Namespace) -> AnsibleOptions:
+    return AnsibleOptions(
+        forks=args.forks,
+        user=args.user,
+        private_key=args.private_key,
+        become_password_file=args.become_password_file,
+        vault_ids=[v for v in args.vault_ids if not v.endswith("@prompt")],
+        vault_password_files=list(args.vault_password_files),
+        start_at_task=args.start_at_task,
+        flush_cache=args.flush_cache,
+        list_hosts=args.list_hosts,
+        list_tasks=args.list_tasks,
+        list_tags=args.list_tags,
+        syntax_check=args.syntax_check,
+        extra=list(getattr(args, "ansible_args", [])),
+    )
+
+
+class CommandLineError(Exception):
+    """A command line that parses but cannot run (exit 64)."""
+
+
+def verb_extravars(args: argparse.Namespace) -> dict[str, Any]:
+    """-e, then what the verb itself sets (its variable wins over a user -e of the same name)."""
     try:
         extravars = parse_extravars(args.extra_vars)
     except ValueError as exc:
-        print(f"sparkfleet: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandLineError(str(exc)) from exc
     extravars.update(args.verb_vars)
     if getattr(args, "force", False):
         extravars[REBOOT_FORCE_VAR] = True
     if getattr(args, "mhz", None) is not None:
         extravars[CLOCKS_CAP_VAR] = args.mhz
+    return extravars
+
+
+def _run_verb(args: argparse.Namespace) -> int:
+    extravars = verb_extravars(args)
     tags = args.tags
     if args.verb_tags:
         tags = f"{args.verb_tags},{tags}" if tags else args.verb_tags
+    ansible = ansible_options(args)
+    if args.json and ansible.listing:
+        raise CommandLineError(
+            "--json cannot be combined with --list-hosts, --list-tasks, --list-tags or --syntax-check: "
+            "ansible prints those as text"
+        )
     project = find_project(getattr(args, "project_dir", None))
     playbook = project / args.playbook if args.verb != "run" else args.playbook
-
+    table = TABLES.get(args.table) if getattr(args, "table", None) else None
+    if table is not None and not args.json:
+        # the roles' own text reports are left out: the CLI draws the table from their data
+        extravars.setdefault(CLI_TABLES_VAR, True)
+    passwords = passwords_for(args)
     display = None
-    if args.json and not args.quiet:
-        display = Progress(sys.stderr, verbosity=args.verbosity, show_diff=args.diff)
+    if not args.quiet:
+        stream = sys.stderr if args.json else sys.stdout
+        display = Progress(stream, verbosity=args.verbosity, show_diff=args.diff, listing=ansible.listing)
     result = run_playbook(
         playbook,
         args.inventories,
@@ -274,43 +482,71 @@ def _run_verb(args: argparse.Namespace) -> int:
         skip_tags=args.skip_tags,
         extravars=extravars,
         verbosity=args.verbosity,
-        on_event=display,
         project_dir=project,
-        quiet=args.json or args.quiet,
+        quiet=True,
+        ansible=ansible,
+        passwords=passwords,
+        display=display,
     )
-    if display is not None:
-        display.close()
-        sys.stderr.write(render_recap(result))
-    elif args.quiet and not args.json:
-        sys.stdout.write(render_recap(result))
     if args.json:
+        if not args.quiet:
+            sys.stderr.write(render_recap(result))
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        text = table(result.data) if table is not None else ""
+        if text:
+            sys.stdout.write("\n" + text)
+        if not ansible.listing or result.exit_code != 0:
+            sys.stdout.write(render_recap(result))
     sys.stdout.flush()
     return result.exit_code
+
+
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`sparkfleet VERB ... -- ARGS`: ARGS go to ansible-playbook as they are."""
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Our options before `--`; what follows it is for ansible-playbook."""
+    ours, passthrough = split_passthrough(argv)
+    args = parser.parse_args(ours)
+    if passthrough:
+        if getattr(args, "func", None) is not _run_verb:
+            raise CommandLineError(
+                f"`--` passes options to ansible-playbook; `sparkfleet {args.verb or ''}` runs no playbook"
+            )
+        args.ansible_args = passthrough
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except UsageError as exc:
-        sys.stderr.write(exc.usage)
-        print(exc, file=sys.stderr)
+        args = parse(parser, list(sys.argv[1:] if argv is None else argv))
+        if getattr(args, "func", None) is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.verb == "lab" and getattr(args, "project_dir", None):
+            # The lab finds the project through this variable.
+            os.environ["SPARKFLEET_PROJECT"] = str(Path(args.project_dir).resolve())
+        return int(args.func(args))
+    except (UsageError, CommandLineError) as exc:
+        if isinstance(exc, UsageError):
+            sys.stderr.write(exc.usage)
+            print(exc, file=sys.stderr)
+        else:
+            print(f"sparkfleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
-    if getattr(args, "func", None) is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    if args.verb == "lab" and getattr(args, "project_dir", None):
-        # The lab finds the project through this variable.
-        os.environ["SPARKFLEET_PROJECT"] = str(Path(args.project_dir).resolve())
-    try:
-        return int(args.func(args))
     except RunnerError as exc:
         print(f"sparkfleet: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, EOFError):
         print("\nsparkfleet: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 

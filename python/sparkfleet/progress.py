@@ -1,123 +1,130 @@
-"""Turn ansible-runner events into what a person reads: a live line, notes, the recap.
+"""The live display of a run, fed with ansible-runner events.
 
-On a TTY one status line (elapsed, play, task, hosts done/total, the latest progress note) is
-rewritten in place; anything worth keeping (plays, failures, debug messages, warnings, diffs,
-`-v` result lines) is printed above it. Without a TTY (CI logs) everything is plain lines.
-Roles report progress of long steps through task results: see docs/cli.md "Progress".
+Lines worth keeping (plays, failures, debug messages, warnings, diffs, `-v` result lines) are
+printed as they come. Long steps report progress through their task results (docs/cli.md,
+"Progress of long steps"): a note (`sparkfleet_progress`, a polled task's msg or last stdout line)
+and, when the step knows its size, a meter (`sparkfleet_progress_data`: done, total, rate, ETA,
+per part, e.g. per worker of a copy).
+
+On a terminal a live area under those lines shows the play and task, hosts done of those started,
+and a row per host (and per part): a progress bar with bytes, rate and ETA, or the latest note
+and how long the host has been at it (rich). Without a terminal (CI logs) everything is plain
+lines; progress is printed per host (and part) at most every NOTE_EVERY_S seconds during a task's
+first minute, then every NOTE_EVERY_LONG_S; a host that reports nothing gets a "still running"
+line every NOTE_EVERY_LONG_S.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
-if TYPE_CHECKING:
-    from sparkfleet.runner import Failure, RunResult
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Re-exported: the words live in sparkfleet.text.
+from sparkfleet.text import (  # noqa: F401
+    CENSORED_MSG,
+    _item_label,
+    _text,
+    fmt_bytes,
+    fmt_duration,
+    plain_failure,
+    progress_note,
+    render_failure,
+    render_recap,
+    shorten,
+    strip_ansi,
+)
+
 DEBUG_ACTIONS = {"debug", "ansible.builtin.debug", "ansible.legacy.debug"}
-GENERIC_MSGS = ("non-zero return code", "MODULE FAILURE", "One or more items failed", "All items completed")
-# Without a TTY a repeating progress note (a polling task) is printed at most this often per host.
-NOTE_EVERY_S = 5.0  # plain (non-TTY) progress lines per host, during a task's first minute
+NOTE_EVERY_S = 5.0  # plain progress lines per host (and part), during a task's first minute
 NOTE_EVERY_LONG_S = 30.0  # and after it: a 30-minute build is ~60 lines, not 360
+SHOW_RUNNING_AFTER_S = 3.0  # terminal: a host busy this long gets a row of its own
+REFRESH_EVERY_S = 0.1  # terminal: redraws at most this often (events can come by the hundred)
 DEBUG_MAX_LINES = 40
-CENSORED_MSG = "output hidden (no_log: true)"
+BAR_WIDTH = 30
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI_RE.sub("", text).replace("\r", "")
+@dataclass
+class Meter:
+    """What one host (or one part of its work, e.g. one worker of a copy) reports."""
+
+    label: str  # "spark1", or "spark1 → spark2" for a part
+    note: str = ""
+    phase: str = ""
+    done: float | None = None
+    total: float | None = None
+    rate: float | None = None  # units per second
+    eta_s: float | None = None
+    unit: str = "B"
+
+    @property
+    def sized(self) -> bool:
+        return self.total is not None and self.total > 0 and self.done is not None
+
+    def amount(self) -> str:
+        fmt = fmt_bytes if self.unit == "B" else (lambda n: f"{n:.0f} {self.unit}")
+        return f"{fmt(self.done or 0)} / {fmt(self.total or 0)}"
+
+    def numbers(self) -> str:
+        """`1.2 GB / 2.0 GB (60.0%), 300.0 MB/s, ETA 0m04s`"""
+        parts = [self.amount() + (f" ({100.0 * (self.done or 0) / self.total:.1f}%)" if self.total else "")]
+        if self.rate is not None:
+            rate = fmt_bytes(self.rate) if self.unit == "B" else f"{self.rate:.1f} {self.unit}"
+            parts.append(f"{rate}/s")
+        if self.eta_s is not None and self.done != self.total:
+            parts.append(f"ETA {fmt_duration(self.eta_s)}")
+        return ", ".join(parts)
+
+    def line(self) -> str:
+        """The plain line: the step's own note for a host, the numbers for a part."""
+        if self.note:
+            return self.note
+        return f"{self.phase} {self.numbers()}".strip() if self.sized else self.phase
 
 
-def fmt_duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    total = int(seconds)
-    if total < 3600:
-        return f"{total // 60}m{total % 60:02d}s"
-    return f"{total // 3600}h{total % 3600 // 60:02d}m"
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return "\n".join(_text(v) for v in value)
-    return str(value)
-
-
-def shorten(text: str, max_lines: int = 8, width: int = 200) -> str:
-    """The end of a long output (where errors are), each line cut to `width`."""
-    lines = [line.rstrip() for line in strip_ansi(text).strip("\n").splitlines()]
-    lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
-    if len(lines) > max_lines:
-        dropped = len(lines) - max_lines
-        lines = [f"… ({dropped} earlier line{'s' if dropped > 1 else ''})", *lines[-max_lines:]]
-    return "\n".join(lines)
-
-
-def _item_label(item: dict[str, Any]) -> str:
-    label = item.get("_ansible_item_label", item.get("item", "?"))
-    text = label if isinstance(label, str) else repr(label)
-    return text if len(text) <= 60 else text[:59] + "…"
-
-
-def _detail(res: dict[str, Any], generic: bool) -> str:
-    for key in ("stderr", "module_stderr"):
-        if _text(res.get(key)).strip():
-            return shorten(_text(res[key]))
-    if generic:
-        for key in ("module_stdout", "stdout"):
-            if _text(res.get(key)).strip():
-                return shorten(_text(res[key]))
-    return ""
-
-
-def plain_failure(res: dict[str, Any], *, unreachable: bool = False) -> tuple[str, str]:
-    """(message, detail) of a failed or unreachable result, in the words a person needs."""
-    if res.get("censored"):
-        return CENSORED_MSG, ""
-    # ansible 2.19 prefixes some messages with "Task failed: "; the recap already says so.
-    msg = _text(res.get("msg")).strip().removeprefix("Task failed: ")
-    if unreachable:
-        return (msg or "host unreachable"), ""
-    failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
-    if failed_items:
-        parts = []
-        for item in failed_items[:3]:
-            item_msg, _ = plain_failure(item)
-            parts.append(f"item {_item_label(item)}: {item_msg}")
-        if len(failed_items) > 3:
-            parts.append(f"and {len(failed_items) - 3} more failed items")
-        first_detail = _detail(failed_items[0], True)
-        return "; ".join(parts), first_detail
-    generic = not msg or msg.startswith(GENERIC_MSGS)
-    rc = res.get("rc")
-    if msg.startswith("non-zero return code") and isinstance(rc, int):
-        msg = f"command exited with status {rc}"
-    elif msg == "Assertion failed" and res.get("assertion"):
-        msg = f"assertion failed: {res['assertion']}"
-    elif msg.startswith("MODULE FAILURE"):
-        msg = "the module crashed on the host"
-    return (msg or "task failed"), _detail(res, generic)
-
-
-def progress_note(res: dict[str, Any], *, polling: bool = False) -> str | None:
-    """The progress a result reports: `sparkfleet_progress`, or for polls its msg / last stdout line."""
-    note = res.get("sparkfleet_progress")
-    if isinstance(note, str) and note.strip():
-        return note.strip()
-    if not polling:
-        return None
-    msg = res.get("msg")
-    if isinstance(msg, str) and msg.strip() and "\n" not in msg.strip() and len(msg) <= 200:
-        return msg.strip()
-    lines = [line for line in strip_ansi(_text(res.get("stdout"))).splitlines() if line.strip()]
-    return lines[-1].strip()[:200] if lines else None
+def meters_from(host: str, res: dict[str, Any], note: str | None) -> dict[str, Meter]:
+    """part ('' for the host itself) -> Meter, from a result's note and `sparkfleet_progress_data`."""
+    data = res.get("sparkfleet_progress_data")
+    data = data if isinstance(data, dict) else {}
+    phase = str(data.get("label") or "")
+    unit = str(data.get("unit") or "B")
+    out = {
+        "": Meter(
+            label=host,
+            note=note or "",
+            phase=phase,
+            done=_number(data.get("done")),
+            total=_number(data.get("total")),
+            rate=_number(data.get("rate")),
+            eta_s=_number(data.get("eta_s")),
+            unit=unit,
+        )
+    }
+    parts = data.get("parts")
+    for name, part in sorted((parts if isinstance(parts, dict) else {}).items()):
+        if isinstance(part, dict):
+            out[str(name)] = Meter(
+                label=f"{host} → {name}",
+                phase=phase,
+                done=_number(part.get("done")),
+                total=_number(part.get("total")),
+                rate=_number(part.get("rate")),
+                eta_s=_number(part.get("eta_s")),
+                unit=unit,
+            )
+    return out
 
 
 class Progress:
@@ -132,11 +139,14 @@ class Progress:
         show_diff: bool = False,
         width: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        listing: bool = False,
     ) -> None:
         self.stream = stream
         self.tty = bool(stream.isatty()) if tty is None else tty
         self.verbosity = verbosity
         self.show_diff = show_diff
+        # --list-hosts, --list-tasks, --list-tags, --syntax-check: ansible's own text is the output
+        self.listing = listing
         self.width = width
         self.clock = clock
         self.started = clock()
@@ -144,55 +154,98 @@ class Progress:
         self.task = ""
         self.task_uuid = ""
         self.task_started = self.started
-        self.hosts_started: set[str] = set()
+        self.hosts_started: dict[str, float] = {}  # host -> when it started the task
         self.hosts_done: set[str] = set()
-        self.note = ""
-        self._note_printed: dict[tuple[str, str], tuple[float, str]] = {}
+        self.meters: dict[tuple[str, str], Meter] = {}
+        # (task, host, part) -> (when, line) of the last plain progress line
+        self._printed: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._in_error = False
-        self._line = False
+        self._console: Console | None = None
+        self._live: Live | None = None
+        self._last_refresh = 0.0
+        if self.tty and not listing:
+            self._console = Console(file=stream, force_terminal=True, width=width, highlight=False)
+            self._live = Live(
+                get_renderable=self.render,
+                console=self._console,
+                auto_refresh=False,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
 
-    # ---- output primitives -------------------------------------------------------------
-    def _columns(self) -> int:
-        return self.width or shutil.get_terminal_size((100, 24)).columns
-
-    def _clear(self) -> None:
-        if self._line:
-            self.stream.write("\r\x1b[K")
-            self._line = False
-
-    def _draw(self) -> None:
-        if not self.tty or not (self.play or self.task):
-            return
-        line = self.status_line()
-        cols = max(20, self._columns() - 1)
-        if len(line) > cols:
-            line = line[: cols - 1] + "…"
-        self.stream.write("\r\x1b[K" + line)
-        self.stream.flush()
-        self._line = True
-
+    # ---- output -------------------------------------------------------------------------
     def emit(self, text: str) -> None:
-        """A line that stays (above the live line on a TTY)."""
-        self._clear()
-        self.stream.write((text if self.tty else strip_ansi(text)) + "\n")
-        self._draw()
-        self.stream.flush()
+        """A line that stays (above the live area on a terminal)."""
+        if self._console is not None:
+            self._console.print(Text.from_ansi(text), soft_wrap=True)
+        else:
+            self.stream.write((text if self.tty else strip_ansi(text)) + "\n")
+            self.stream.flush()
+
+    def _refresh(self, force: bool = False) -> None:
+        if self._live is None:
+            return
+        now = self.clock()
+        if force or now - self._last_refresh >= REFRESH_EVERY_S:
+            self._last_refresh = now
+            self._live.refresh()
 
     def status_line(self) -> str:
-        elapsed = fmt_duration(self.clock() - self.started)
         total = len(self.hosts_started)
         hosts = f"  [{len(self.hosts_done)}/{total} hosts]" if total else ""
         where = f"{self.play} > {self.task}" if self.task else self.play
-        note = f"  {self.note}" if self.note else ""
-        return f"[{elapsed}] {where}{hosts}{note}"
+        return f"[{self._elapsed()}] {where}{hosts}"
+
+    def render(self) -> RenderableType:
+        """The live area: the status line, then a row per busy host (and part)."""
+        if not (self.play or self.task):
+            return Text("")
+        rows = Table.grid(padding=(0, 1))
+        rows.add_column(no_wrap=True)
+        rows.add_column(no_wrap=True)
+        rows.add_column(overflow="ellipsis", no_wrap=True)
+        now = self.clock()
+        for host, since in self.hosts_started.items():
+            if host in self.hosts_done:
+                continue
+            busy = fmt_duration(now - since)
+            mine = [m for (h, _), m in self.meters.items() if h == host]
+            if not mine and now - since < SHOW_RUNNING_AFTER_S:
+                continue
+            if not mine:
+                rows.add_row(Text(f"  {host}"), Text("running"), Text(busy))
+            for m in mine:
+                if m.sized:
+                    done = min(m.done or 0, m.total or 0)
+                    bar = ProgressBar(total=m.total, completed=done, width=BAR_WIDTH)
+                    rows.add_row(Text(f"  {m.label}"), bar, Text(f"{m.phase} {m.numbers()}".strip()))
+                else:
+                    rows.add_row(Text(f"  {m.label}"), Text(busy), Text(m.note or "running"))
+        return Group(Text(self.status_line(), overflow="ellipsis", no_wrap=True), rows)
 
     def tick(self) -> None:
-        """Refresh the elapsed time while nothing else happens (called about once a second)."""
-        if self.tty and self._line:
-            self._draw()
+        """About once a second while ansible runs: the elapsed time, and plain heartbeats."""
+        if self._live is not None:
+            self._refresh(force=True)
+            return
+        if self.tty or self.listing:
+            return
+        now = self.clock()
+        for host, since in self.hosts_started.items():
+            if host in self.hosts_done or now - since < NOTE_EVERY_LONG_S:
+                continue
+            last = self._printed.get((self.task_uuid, host, ""))
+            if last is None or now - last[0] >= NOTE_EVERY_LONG_S:
+                self._printed[(self.task_uuid, host, "")] = (now, "")
+                self.emit(f"  {host}: still running ({fmt_duration(now - since)})")
 
     def close(self) -> None:
-        self._clear()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+            self._console = None
         self.stream.flush()
 
     # ---- events ------------------------------------------------------------------------
@@ -206,6 +259,7 @@ class Progress:
         handler = getattr(self, "_on_" + kind, None)
         if handler is not None:
             handler(data, event)
+        self._refresh()
 
     def _elapsed(self) -> str:
         return fmt_duration(self.clock() - self.started)
@@ -215,8 +269,9 @@ class Progress:
         self.task = ""
         self.hosts_started.clear()
         self.hosts_done.clear()
-        self.note = ""
-        self.emit(f"[{self._elapsed()}] PLAY {self.play}")
+        self.meters.clear()
+        if not self.listing:
+            self.emit(f"[{self._elapsed()}] PLAY {self.play}")
 
     def _on_playbook_on_task_start(self, data: dict, event: dict) -> None:
         self.task = str(data.get("name") or data.get("task") or "")
@@ -224,28 +279,28 @@ class Progress:
         self.task_started = self.clock()
         self.hosts_started.clear()
         self.hosts_done.clear()
-        self.note = ""
-        if self.tty:
-            self._draw()
-        elif self.verbosity < 2:
+        self.meters.clear()
+        if not self.tty and self.verbosity < 2 and not self.listing:
             self.emit(f"[{self._elapsed()}] TASK {self.task}")
+        self._refresh(force=True)
 
     def _on_runner_on_start(self, data: dict, event: dict) -> None:
         if data.get("host"):
-            self.hosts_started.add(str(data["host"]))
-        self._draw()
+            self.hosts_started.setdefault(str(data["host"]), self.clock())
 
     def _result(self, data: dict, status: str) -> None:
         host = str(data.get("host") or "?")
-        self.hosts_started.add(host)
+        self.hosts_started.setdefault(host, self.clock())
         self.hosts_done.add(host)
+        for key in [k for k in self.meters if k[0] == host]:
+            del self.meters[key]
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
         task = str(data.get("task") or self.task)
         duration = float(data.get("duration") or 0.0)
         if status in ("failed", "unreachable"):
             msg, _ = plain_failure(res, unreachable=status == "unreachable")
             self.emit(f"  {status.upper()}  {host}  {task}: {msg.splitlines()[0] if msg else ''}")
-        elif self.verbosity >= 1 and self.verbosity < 2:
+        elif self.verbosity == 1:
             self.emit(f"  {status:<9} {host}  {task} ({fmt_duration(duration)})")
         action = str(data.get("resolved_action") or data.get("task_action") or "")
         # A loop's final result only repeats its items ("All items completed"): they were shown.
@@ -253,8 +308,7 @@ class Progress:
             self._debug(host, res)
         note = progress_note(res)
         if note:
-            self._progress(host, note, force=True)
-        self._draw()
+            self._plain_note(host, "", note, force=True)
 
     def _debug(self, host: str, res: dict[str, Any]) -> None:
         """A debug task's output: its msg, or the variables it was asked to show (`var:`)."""
@@ -302,8 +356,7 @@ class Progress:
             self._debug(host, {k: v for k, v in res.items() if k not in ("item", "ansible_loop_var")})
         note = progress_note(res)
         if note:
-            self._progress(host, note, force=True)
-        self._draw()
+            self._plain_note(host, "", note, force=True)
 
     def _on_runner_item_on_ok(self, data: dict, event: dict) -> None:
         self._item(data, "ok")
@@ -314,19 +367,32 @@ class Progress:
     def _on_runner_item_on_skipped(self, data: dict, event: dict) -> None:
         self._item(data, "skipped")
 
-    def _progress(self, host: str, note: str, *, force: bool = False) -> None:
-        """A progress note: in the live line on a TTY, else a throttled plain line."""
-        self.note = f"{host}: {note}"
-        if self.tty:
-            self._draw()
+    def _progress(self, host: str, res: dict[str, Any], note: str, *, force: bool = False) -> None:
+        """A long step's report: its meters (the live area), or throttled plain lines (the last
+        report of a step, `finished`, always)."""
+        self.hosts_started.setdefault(host, self.clock())
+        meters = meters_from(host, res, note)
+        for part, meter in meters.items():
+            self.meters[(host, part)] = meter
+        self._refresh(force=True)  # a step reports at most every second or so: show each report
+        if not self.tty:
+            for part, meter in meters.items():
+                self._plain_note(host, part, meter.line(), force=force)
+
+    def _plain_note(self, host: str, part: str, line: str, *, force: bool = False) -> None:
+        """Without a terminal: a progress line per host (and part) at most every few seconds."""
+        if self.tty or not line:
             return
-        key = (self.task_uuid, host)
+        key = (self.task_uuid, host, part)
         now = self.clock()
-        last = self._note_printed.get(key)
+        last = self._printed.get(key)
         every = NOTE_EVERY_S if now - self.task_started < 60 else NOTE_EVERY_LONG_S
-        if force or last is None or (note != last[1] and now - last[0] >= every):
-            self._note_printed[key] = (now, note)
-            self.emit(f"  {host}: {note}")
+        if last is not None and line == last[1] and (force or now - last[0] < NOTE_EVERY_LONG_S):
+            return  # the same words again (a step's final line repeats its last poll)
+        if force or last is None or now - last[0] >= every:
+            self._printed[key] = (now, line)
+            who = f"{host} → {part}" if part else host
+            self.emit(f"  {who}: {line}")
 
     def _on_runner_retry(self, data: dict, event: dict) -> None:
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
@@ -334,14 +400,16 @@ class Progress:
         note = progress_note(res, polling=True)
         attempts, retries = res.get("attempts"), res.get("retries")
         count = f"attempt {attempts}/{retries}" if attempts and retries else "retrying"
-        self._progress(host, f"{note} ({count})" if note else f"waiting ({count})")
+        self._progress(host, res, f"{note} ({count})" if note else f"waiting ({count})")
 
     def _on_runner_on_async_poll(self, data: dict, event: dict) -> None:
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
         host = str(data.get("host") or "?")
-        waited = fmt_duration(self.clock() - self.task_started)
         note = progress_note(res, polling=True)
-        self._progress(host, f"{note} ({waited})" if note else f"still running ({waited})")
+        if not note or res.get("sparkfleet_progress") is None:
+            waited = fmt_duration(self.clock() - self.task_started)
+            note = f"{note} ({waited})" if note else f"still running ({waited})"
+        self._progress(host, res, note, force=res.get("finished") == 1)
 
     def _on_runner_on_file_diff(self, data: dict, event: dict) -> None:
         if self.show_diff and self.verbosity < 2 and event.get("stdout"):
@@ -357,7 +425,8 @@ class Progress:
             if head.startswith("[ERROR]"):
                 self._in_error = True
             show = (
-                self.verbosity >= 2
+                self.listing
+                or self.verbosity >= 2
                 or self._in_error
                 or head.startswith("[WARNING]")
                 or (self.verbosity >= 1 and head.startswith("[DEPRECATION"))
@@ -371,61 +440,7 @@ class Progress:
     _on_deprecated = _verbose
 
     def _on_playbook_on_stats(self, data: dict, event: dict) -> None:
-        self.note = ""
-        self._clear()
-
-
-# ---- the end of a run ----------------------------------------------------------------------
-
-
-def _display_path(path: str | Path) -> str:
-    p = Path(path)
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
-
-
-def render_failure(failure: Failure) -> str:
-    if failure.kind == "error":
-        lines = [f"ERROR  ansible could not run the playbook: {failure.msg}"]
-    elif failure.kind == "interrupted":
-        lines = [f"INTERRUPTED  {failure.msg}"]
-    else:
-        where = f'task "{failure.task}"' + (f' (play "{failure.play}")' if failure.play else "")
-        word = "UNREACHABLE" if failure.kind == "unreachable" else "FAILED"
-        lines = [f"{word}  {failure.host}  {where}", *(f"  {m}" for m in failure.msg.splitlines())]
-        if failure.task_path:
-            lines.append(f"  at {_display_path(failure.task_path)}")
-    for line in failure.detail.splitlines():
-        lines.append(f"    | {line}")
-    return "\n".join(lines)
-
-
-COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
-
-
-def render_recap(result: RunResult) -> str:
-    mode = "  (check mode: nothing was changed)" if result.check else ""
-    out = ["", f"RECAP  {_display_path(result.playbook)}{mode}"]
-    names = sorted(result.hosts)
-    if names:
-        hw = max(4, *(len(n) for n in names))
-        out.append(f"{'host':<{hw}}  " + "  ".join(f"{c:>{len(c)}}" for c in COLUMNS) + f"  {'time':>8}")
-        for name in names:
-            stats = result.hosts[name]
-            cells = "  ".join(f"{getattr(stats, c):>{len(c)}}" for c in COLUMNS)
-            out.append(f"{name:<{hw}}  {cells}  {fmt_duration(stats.elapsed):>8}")
-    else:
-        out.append("no host ran a task")
-    if result.failures:
-        out.append("")
-        out.extend(render_failure(f) for f in result.failures)
-    slow = [t for t in result.slowest_tasks[:3] if t.seconds >= 1.0]
-    if slow:
-        out.append("")
-        out.append("slowest: " + "; ".join(f"{t.task} ({t.host}, {fmt_duration(t.seconds)})" for t in slow))
-    out.append("")
-    out.append(f"result: {result.status} (exit {result.exit_code}) in {fmt_duration(result.elapsed)}")
-    out.append(f"artifacts: {result.artifacts_dir}")
-    return "\n".join(out) + "\n"
+        self.meters.clear()
+        self.hosts_started.clear()
+        self.play = self.task = ""
+        self._refresh(force=True)

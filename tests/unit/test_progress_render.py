@@ -1,13 +1,17 @@
-"""Event → progress rendering, fed with the events of real ansible-runner runs against localhost."""
+"""Event → progress rendering, fed with the events of real ansible-runner runs against localhost
+and with recorded events of the roles' long steps."""
 
 from __future__ import annotations
 
 import io
+import json
+import re
 from pathlib import Path
 
 import pytest
-from sparkfleet.progress import Progress, plain_failure, render_recap, shorten
+from sparkfleet.progress import Progress, meters_from, plain_failure, render_recap, shorten
 from sparkfleet.runner import run_playbook
+from sparkfleet.text import strip_ansi
 
 REPO = Path(__file__).resolve().parents[2]
 PB = REPO / "tests" / "unit" / "playbooks"
@@ -15,10 +19,12 @@ LOCAL = PB / "inventory" / "local.yml"
 
 
 class FakeClock:
-    def __init__(self) -> None:
+    def __init__(self, step: float = 0.0) -> None:
         self.now = 1000.0
+        self.step = step  # seconds that pass on every reading
 
     def __call__(self) -> float:
+        self.now += self.step
         return self.now
 
 
@@ -55,7 +61,9 @@ def diff_run(tmp_path_factory: pytest.TempPathFactory):
 
 def render(events: list[dict], **kw) -> str:
     out = io.StringIO()
-    progress = Progress(out, clock=FakeClock(), width=200, **kw)
+    # On a terminal the live area is redrawn at most every 0.1 s: let time pass between events.
+    clock = FakeClock(step=0.05 if kw.get("tty") else 0.0)
+    progress = Progress(out, clock=clock, width=200, **kw)
     for event in events:
         progress(event)
     progress.close()
@@ -80,27 +88,31 @@ def test_verbose_lists_each_result(fail_run) -> None:
     assert any(line.split()[:2] == ["ok", "local1"] and "After the failure" in line for line in lines)
 
 
-def test_tty_rewrites_one_status_line(fail_run) -> None:
-    text = render(fail_run[0], tty=True)
-    assert "\r\x1b[K" in text
-    # The live line names play and task and counts hosts done of those started.
+def test_tty_live_area_and_lines_that_stay(fail_run) -> None:
+    raw = render(fail_run[0], tty=True)
+    assert "\x1b[?25l" in raw and raw.rstrip().endswith("\x1b[2K")  # rich's live area, erased at the end
+    text = strip_ansi(raw)
+    # The live area names play and task and counts hosts done of those started.
     assert "Failing play > Check the disk  [1/2 hosts]" in text
-    assert "Failing play > Check the disk  [2/2 hosts]" in text
-    # Permanent lines stay: the failure is on a line of its own.
+    # Lines that stay: the play, the failure, a debug message.
+    assert "PLAY Failing play\n" in text
     assert "  FAILED  local2  Check the disk: command exited with status 3\n" in text
-    assert text.endswith("\r\x1b[K")  # closed: the live line is cleared at the end
+    assert "  local1: still here\n" in text
 
 
-def test_status_line_shows_elapsed_and_tick_redraws() -> None:
+def test_tty_shows_elapsed_and_busy_hosts_on_tick() -> None:
     out = io.StringIO()
     clock = FakeClock()
     progress = Progress(out, tty=True, clock=clock, width=200)
     progress({"event": "playbook_on_play_start", "event_data": {"name": "Weights"}})
-    progress({"event": "playbook_on_task_start", "event_data": {"name": "Download", "uuid": "t1"}})
-    progress({"event": "runner_on_start", "event_data": {"host": "spark1", "task": "Download"}})
+    progress({"event": "playbook_on_task_start", "event_data": {"name": "Reboot", "uuid": "t1"}})
+    progress({"event": "runner_on_start", "event_data": {"host": "spark1", "task": "Reboot"}})
     clock.now += 75
     progress.tick()
-    assert out.getvalue().endswith("\r\x1b[K[1m15s] Weights > Download  [0/1 hosts]")
+    text = strip_ansi(out.getvalue())
+    assert "[1m15s] Weights > Reboot  [0/1 hosts]" in text
+    assert "  spark1 running 1m15s" in text  # a host busy for a while gets a row with its time
+    progress.close()
 
 
 def test_long_steps_show_their_progress(long_run) -> None:
@@ -115,9 +127,111 @@ def test_long_steps_show_their_progress(long_run) -> None:
     assert "  local1: __download.attempts: 3" in plain  # debug var=
     assert "  local1: part 1" in plain and "  local1: part 2" in plain  # debug in a loop, per item
     assert "All items completed" not in plain
-    # On a TTY every poll updates the live line.
-    tty = render(events, tty=True)
-    assert "local1: weights: 2.0/3.0 GiB, 310 MB/s (attempt 2/6)" in tty
+    # On a terminal every poll updates the host's row in the live area.
+    tty = strip_ansi(render(events, tty=True))
+    assert "local1" in tty and "weights: 2.0/3.0 GiB, 310 MB/s (attempt 2/6)" in tty
+
+
+COPY_POLL = {
+    "event": "runner_on_async_poll",
+    "event_data": {
+        "host": "spark1",
+        "task": "Wait for the copy (bytes, rate, ETA)",
+        "res": {
+            "ansible_job_id": "j1",
+            "started": 1,
+            "finished": 0,
+            "sparkfleet_progress": "copy: 1.2 GB / 4.0 GB (30.0%), 600.0 MB/s, ETA 0m05s, files 3/90",
+            "sparkfleet_progress_data": {
+                "label": "copy",
+                "unit": "B",
+                "done": 1_200_000_000,
+                "total": 4_000_000_000,
+                "rate": 600_000_000,
+                "eta_s": 5,
+                "parts": {
+                    "spark2": {"done": 800_000_000, "total": 2_000_000_000, "rate": 400_000_000, "eta_s": 3},
+                    "spark3": {"done": 400_000_000, "total": 2_000_000_000, "rate": 200_000_000, "eta_s": 8},
+                },
+            },
+        },
+    },
+}
+
+
+def test_meters_per_host_and_per_worker() -> None:
+    meters = meters_from("spark1", COPY_POLL["event_data"]["res"], "copy: ...")
+    assert set(meters) == {"", "spark2", "spark3"}
+    assert meters["spark2"].label == "spark1 → spark2" and meters["spark2"].sized
+    assert meters["spark2"].numbers() == "800.0 MB / 2.0 GB (40.0%), 400.0 MB/s, ETA 3.0s"
+    assert meters_from("spark1", {}, "waiting")[""].line() == "waiting"  # a note without numbers
+
+
+def test_copy_progress_plain_and_on_a_terminal() -> None:
+    task = {"event": "playbook_on_task_start", "event_data": {"name": "Wait for the copy", "uuid": "t1"}}
+    play = {"event": "playbook_on_play_start", "event_data": {"name": "Model weights"}}
+    plain = render([play, task, COPY_POLL], tty=False).splitlines()
+    assert "  spark1: copy: 1.2 GB / 4.0 GB (30.0%), 600.0 MB/s, ETA 0m05s, files 3/90" in plain
+    assert "  spark1 → spark2: copy 800.0 MB / 2.0 GB (40.0%), 400.0 MB/s, ETA 3.0s" in plain
+    assert "  spark1 → spark3: copy 400.0 MB / 2.0 GB (20.0%), 200.0 MB/s, ETA 8.0s" in plain
+    tty = strip_ansi(render([play, task, COPY_POLL], tty=True))
+    bar_rows = [line for line in tty.splitlines() if "━" in line]
+    worker = [r for r in bar_rows if r.startswith("  spark1 → spark2 ")]
+    assert worker and worker[-1].rstrip().endswith("(40.0%), 400.0 MB/s, ETA 3.0s")
+    assert any(r.startswith("  spark1 ") and "1.2 GB / 4.0 GB (30.0%)" in r for r in bar_rows)
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "events"
+
+
+def replay(name: str, *, tty: bool) -> str:
+    """Recorded events of the real roles in the lab (tests/unit/fixtures/events, trimmed job_events),
+    replayed at their recorded times."""
+    import datetime as dt
+
+    events = json.loads((FIXTURES / name).read_text())
+    times = [dt.datetime.fromisoformat(e["created"]).timestamp() for e in events]
+    clock = FakeClock()
+    clock.now = times[0]
+    out = io.StringIO()
+    progress = Progress(out, tty=tty, clock=clock, width=160)
+    for when, event in zip(times, events, strict=True):
+        clock.now = when
+        progress(event)
+    progress.close()
+    return strip_ansi(out.getvalue())
+
+
+def test_recorded_weights_download_and_copy() -> None:
+    plain = replay("weights-download-and-copy.json", tty=False).splitlines()
+    first = "  spark1: download: 548.0 MB / 630.1 MB (87.0%), 2.0 MB/s, ETA 0m40s, files 16/17; 1 files to"
+    assert any(line.startswith(first) for line in plain)
+    last = "  spark1: download: 630.1 MB / 630.1 MB (100.0%), 19.9 MB/s, ETA 0m00s, files 17/17; complete"
+    assert last in plain
+    # the polls in between came less than 5 s apart: not printed, but the end always is
+    assert not any("(91.3%)" in line for line in plain)
+    assert any(line.startswith("  spark1 → spark2: copy 0 B / 84.2 MB (0.0%)") for line in plain)
+    assert any(line.startswith("  spark1 → spark2: copy 84.2 MB / 84.2 MB (100.0%)") for line in plain)
+    tty = replay("weights-download-and-copy.json", tty=True)
+    # on a terminal every poll redraws the bar
+    assert re.search(r"  spark1 +[━╸╺]+ *download 575\.2 MB / 630\.1 MB \(91\.3%\), 14\.5 MB/s, ETA \d", tty)
+    assert re.search(r"  spark1 → spark2 +[━╸╺]+ *copy 84\.2 MB / 84\.2 MB \(100\.0%\)", tty)
+
+
+def test_recorded_engine_start() -> None:
+    plain = replay("engine-start.json", tty=False).splitlines()
+    probes = [line for line in plain if line.startswith("  spark1: ") and "(attempt " in line]
+    assert probes and probes[0].endswith("(attempt 1/301)") and "Connection refused" in probes[0]
+    assert plain[-1].startswith("  spark1: ok: ready: ")
+
+
+def test_recorded_reboot() -> None:
+    plain = replay("reboot.json", tty=False).splitlines()
+    for host in ("spark1", "spark2"):
+        mine = [line for line in plain if line.startswith(f"  {host}: reboot: ")]
+        assert mine[0].startswith(f"  {host}: reboot: reboot command sent")
+        assert any("waiting for the new boot, try " in line and "Connection refused" in line for line in mine)
+        assert any("waiting for the new boot: done after " in line for line in mine)
 
 
 def test_plain_notes_are_throttled_per_host() -> None:

@@ -1,0 +1,71 @@
+# ansible.builtin.reboot, with the wait reported as it goes: each check for the new boot and each try of
+# the test command is sent as an async-poll event of the task (plugin_utils/progress.py), so `sparkfleet
+# reboot` shows every node's state (going down, waiting for the new boot, answering again) and how long
+# it has waited, at normal verbosity. The reboot itself is ansible's own, unchanged.
+from __future__ import annotations
+
+import time
+
+from ansible.plugins.action.reboot import ActionModule as RebootAction
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.progress import (
+    PROGRESS_DATA_KEY,
+    PROGRESS_KEY,
+    report,
+)
+
+# ansible.builtin.reboot's names for its two waits -> what a person reads
+STEPS = {
+    "last boot time check": "waiting for the new boot",
+    "post-reboot test command": "waiting for it to answer",
+}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class ActionModule(RebootAction):
+    _started = 0.0
+
+    def run(self, tmp=None, task_vars=None):
+        self._started = time.monotonic()
+        return super().run(tmp, task_vars)
+
+    def _progress(self, note: str) -> None:
+        waited = time.monotonic() - self._started
+        report(
+            self._task,
+            {
+                "started": 1,
+                "finished": 0,
+                PROGRESS_KEY: f"reboot: {note} ({_duration(waited)})",
+                PROGRESS_DATA_KEY: {"label": "reboot", "elapsed_s": round(waited, 1)},
+            },
+        )
+
+    def perform_reboot(self, task_vars, distribution):
+        result = super().perform_reboot(task_vars, distribution)
+        if not result.get("failed"):
+            self._progress("reboot command sent")
+        return result
+
+    def do_until_success_or_timeout(
+        self, action, reboot_timeout, action_desc, distribution, action_kwargs=None
+    ):
+        step = STEPS.get(action_desc, action_desc or "waiting")
+        attempts = 0
+
+        def watched(**kwargs):
+            nonlocal attempts
+            attempts += 1
+            try:
+                return action(**kwargs)
+            except Exception as exc:
+                lines = str(exc).strip().splitlines()
+                why = lines[-1][:120] if lines else type(exc).__name__
+                self._progress(f"{step}, try {attempts} (timeout {reboot_timeout} s): {why}")
+                raise
+
+        super().do_until_success_or_timeout(watched, reboot_timeout, action_desc, distribution, action_kwargs)
+        self._progress(f"{step}: done after {attempts} tr{'y' if attempts == 1 else 'ies'}")

@@ -1,0 +1,142 @@
+"""The tables `sparkfleet status`, `host-status` and `clocks` print, drawn from the data the roles
+report with set_stats (RunResult.data, the `data` of `--json`; docs/json-schema.md).
+
+When the CLI draws a table it passes `-e sparkfleet_cli_tables=true`, and the roles leave out
+their own text report of the same data (plain ansible-playbook still prints it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+CLI_TABLES_VAR = "sparkfleet_cli_tables"
+
+# engine_status row keys -> headers (the role's own report uses the same words)
+ENGINE_HEADERS = {
+    "node": "NODE",
+    "rank": "RANK",
+    "unit": "UNIT",
+    "container": "CONTAINER",
+    "commit": "IMAGE COMMIT",
+    "weights": "WEIGHTS",
+    "clock": "CLOCK CAP",
+    "api": "API HEALTH",
+    "model": "SERVED MODEL",
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def text_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    """Fixed-width columns, two spaces apart, a rule under the headers."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return out
+
+
+def engine_status_table(data: dict[str, Any]) -> str:
+    status = data.get("engine_status")
+    if not isinstance(status, dict) or not status.get("rows"):
+        return ""
+    rows = status["rows"]
+    keys = list(rows[0])
+    for row in rows[1:]:
+        keys += [k for k in row if k not in keys]
+    lines = [
+        "ENGINE STATUS",
+        *text_table(
+            [ENGINE_HEADERS.get(k, k.upper()) for k in keys], [[row.get(k) for k in keys] for row in rows]
+        ),
+    ]
+    lines += [f"! {note}" for note in status.get("notes") or []]
+    lines.append("engine: healthy" if status.get("healthy") else "engine: NOT healthy")
+    return "\n".join(lines) + "\n"
+
+
+STATUS_MARK = {"ok": "ok", "off": "OFF", "n/a": "n/a"}
+
+
+def host_status_table(data: dict[str, Any]) -> str:
+    """One row per check, one column per node (ok, OFF, n/a); then what is off and how to fix it."""
+    hosts = data.get("host_status")
+    if not isinstance(hosts, dict) or not hosts:
+        return ""
+    names = sorted(hosts)
+    checks: list[str] = []
+    for name in names:
+        checks += [c["check"] for c in hosts[name].get("checks") or [] if c["check"] not in checks]
+    by_host = {name: {c["check"]: c for c in hosts[name].get("checks") or []} for name in names}
+    rows = [
+        [check, *(STATUS_MARK.get((by_host[n].get(check) or {}).get("status", ""), "-") for n in names)]
+        for check in checks
+    ]
+    lines = ["HOST STATUS", *text_table(["CHECK", *names], rows)]
+    for name in names:
+        for c in by_host[name].values():
+            if c.get("status") == "off":
+                lines.append(f"! {name}: {c['check']}: {c['value']} (expected {c['expected']}; {c['fix']})")
+        reasons = hosts[name].get("reboot_reasons") or []
+        if reasons:
+            lines.append(f"! {name}: reboot needed: {'; '.join(reasons)}")
+    skipped: dict[tuple[str, str], list[str]] = {}  # (check, why) -> hosts where it cannot apply
+    for name in names:
+        for c in by_host[name].values():
+            if c.get("status") == "n/a":
+                skipped.setdefault((c["check"], str(c.get("fix") or "")), []).append(name)
+    for (check, why), where in skipped.items():
+        lines.append(f"n/a {check} on {', '.join(where)}: {why}")
+    off = [n for n in names if hosts[n].get("off")]
+    lines.append(f"checks off on: {', '.join(off)}" if off else f"every check passed on {', '.join(names)}")
+    return "\n".join(lines) + "\n"
+
+
+def _mhz(value: Any) -> str:
+    if value is None:
+        return "not set"
+    return "stock" if value == 0 else f"{value} MHz"
+
+
+def clocks_table(data: dict[str, Any]) -> str:
+    clocks = data.get("clocks")
+    if not isinstance(clocks, dict) or not clocks:
+        return ""
+    rows, notes = [], []
+    for name in sorted(clocks):
+        c = clocks[name]
+        gpus = c.get("gpus") or []
+        sm = ", ".join(f"{g.get('sm_mhz')}/{g.get('max_sm_mhz')}" for g in gpus) or "-"
+        applied = "yes" if c.get("gpu_in_effect") else "NO (not applied since boot)"
+        cpu = _mhz(c.get("cpu_cap_mhz"))
+        if c.get("cpu_skipped"):
+            cpu += " (not applied)"
+            notes.append(f"! {name}: CPU cap not applied: {c['cpu_skipped']}")
+        rows.append([name, _mhz(c.get("gpu_cap_mhz")), applied, sm, "YES" if c.get("latched") else "no", cpu])
+        wanted = c.get("wanted_gpu_cap_mhz")
+        if wanted is not None and wanted != c.get("gpu_cap_mhz"):
+            fix = f"set {wanted}" if wanted else "reset"
+            notes.append(
+                f"! {name}: the inventory wants GPU cap {_mhz(wanted)}: run `sparkfleet clocks {fix}`"
+            )
+        if c.get("latched"):
+            notes.append(
+                f"! {name}: the GPU looks latched (SM clock low at idle): it needs an AC power cycle"
+            )
+    headers = ["NODE", "GPU CAP", "IN EFFECT", "SM MHZ NOW/MAX", "LATCHED", "CPU CAP"]
+    return "\n".join(["CLOCKS", *text_table(headers, rows), *notes]) + "\n"
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "status": engine_status_table,
+    "host-status": host_status_table,
+    "clocks": clocks_table,
+}
