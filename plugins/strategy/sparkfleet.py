@@ -4,14 +4,82 @@ pinned mitogen package is installed (requirements/lock.txt; `make venv`), else a
 mitogen keeps one Python interpreter per node for the whole run instead of starting one per task: the
 same tasks in the same order, a no-op re-run 1.7-2x as fast in the lab (README, "Speed"). To run without it:
 SPARKFLEET_STRATEGY=linear (sparkfleet) or ANSIBLE_STRATEGY=linear (ansible-playbook).
+
+Collection module_utils under mitogen: mitogen imports what a module needs before an async task detaches
+from the controller, but it only looks for ansible.module_utils.* imports. A module of this collection
+importing ansible_collections.sparkfleet.cluster.plugins.module_utils.* in an async task (the weights
+download, copy and rank files) then waits forever for an import nobody answers. The scan below adds the
+collection module_utils a module imports (and what they import) to the names mitogen imports before a task
+starts (its "builtin" list: loaded from the controller through mitogen's importer, as a task that does not
+detach loads them anyway), so they are there before an async task detaches.
 """
 
 from __future__ import annotations
 
+import importlib.util
+
 from ansible.utils.display import Display
 
+COLLECTIONS = "ansible_collections"
+MODULE_UTILS = ".plugins.module_utils."
+
+
+def collection_module_utils(module_path: str, walk) -> list[tuple[str, str, bool]]:
+    """(name, path, is_package) of every collection module_util the module at `module_path` imports,
+    directly or through another module_util. `walk(code, prefix)` yields the imported names."""
+    found: dict[str, tuple[str, str, bool]] = {}
+    queue = [module_path]
+    while queue:
+        path = queue.pop()
+        with open(path, "rb") as fh:
+            code = compile(fh.read(), path, "exec")
+        for name in walk(code, COLLECTIONS):
+            if name in found or MODULE_UTILS not in name:
+                continue
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):  # a name imported from a module, not a module
+                spec = None
+            if spec is None or not spec.origin or not spec.has_location:
+                continue
+            found[name] = (name, spec.origin, spec.submodule_search_locations is not None)
+            queue.append(spec.origin)
+    return sorted(found.values())
+
+
+def _is_collection_util(entry: tuple[str, str, bool]) -> bool:
+    return entry[0].startswith(COLLECTIONS + ".") and MODULE_UTILS in entry[0]
+
+
+def _patch_mitogen(module_finder, service) -> None:
+    """Collection module_utils into mitogen's scan, and into its "builtin" (import before the task) list."""
+    if getattr(module_finder.scan, "sparkfleet", False):
+        return
+    scan = module_finder.scan
+    builtin_names, custom_tups = service._get_builtin_names, service._get_custom_tups
+
+    def _scan(module_name, module_path, search_path):
+        found = set(scan(module_name, module_path, search_path))
+        found.update(collection_module_utils(module_path, module_finder.walk_imports))
+        return sorted(found)
+
+    def _builtin_names(self, builtin_path, resolved):
+        ours = [entry[0] for entry in resolved if _is_collection_util(entry)]
+        return builtin_names(self, builtin_path, [e for e in resolved if not _is_collection_util(e)]) + ours
+
+    def _custom_tups(self, builtin_path, resolved):
+        return custom_tups(self, builtin_path, [e for e in resolved if not _is_collection_util(e)])
+
+    _scan.sparkfleet = True
+    module_finder.scan = _scan
+    service._get_builtin_names = _builtin_names
+    service._get_custom_tups = _custom_tups
+
+
 try:
+    from ansible_mitogen import module_finder
     from ansible_mitogen.plugins.strategy.mitogen_linear import StrategyModule
+    from ansible_mitogen.services import ModuleDepService
 except ImportError:  # plain Ansible without mitogen (an execution environment built without it, say)
     from ansible.plugins.strategy.linear import StrategyModule
 
@@ -19,5 +87,7 @@ except ImportError:  # plain Ansible without mitogen (an execution environment b
         "sparkfleet: the mitogen package is not installed; running with ansible's linear strategy "
         "(the same result, slower: install requirements/lock.txt)"
     )
+else:
+    _patch_mitogen(module_finder, ModuleDepService)
 
 __all__ = ["StrategyModule"]
