@@ -1,17 +1,6 @@
-"""sparkfleet's default strategy (ansible.cfg: strategy = sparkfleet): mitogen's linear strategy when the
-pinned mitogen package is installed (requirements/lock.txt; `make venv`), else ansible's own linear one.
+"""sparkfleet's default strategy: mitogen's linear strategy when mitogen is installed, else Ansible's linear.
 
-mitogen keeps one Python interpreter per node for the whole run instead of starting one per task: the
-same tasks in the same order, a no-op re-run 1.7-2x as fast in the lab (README, "Speed"). To run without it:
-SPARKFLEET_STRATEGY=linear (sparkfleet) or ANSIBLE_STRATEGY=linear (ansible-playbook).
-
-Collection module_utils under mitogen: mitogen imports what a module needs before an async task detaches
-from the controller, but it only looks for ansible.module_utils.* imports. A module of this collection
-importing ansible_collections.sparkfleet.cluster.plugins.module_utils.* in an async task (the weights
-download, copy and rank files) then waits forever for an import nobody answers. The scan below adds the
-collection module_utils a module imports (and what they import) to the names mitogen imports before a task
-starts (its "builtin" list: loaded from the controller through mitogen's importer, as a task that does not
-detach loads them anyway), so they are there before an async task detaches.
+See DOCUMENTATION (ansible-doc -t strategy sparkfleet.cluster.sparkfleet).
 """
 
 from __future__ import annotations
@@ -19,6 +8,27 @@ from __future__ import annotations
 import importlib.util
 
 from ansible.utils.display import Display
+
+DOCUMENTATION = r"""
+name: sparkfleet
+short_description: mitogen's linear strategy when mitogen is installed, else Ansible's linear strategy
+description:
+  - The same tasks in the same order as C(ansible.builtin.linear). With the pinned C(mitogen) package
+    installed (requirements/lock.txt), mitogen keeps one Python interpreter per node for the whole run
+    instead of starting one per task; a no-op re-run of site.yml is 1.7-2x as fast in the lab.
+  - Without mitogen it runs Ansible's linear strategy and says so in a warning. To run without mitogen on
+    purpose, C(SPARKFLEET_STRATEGY=linear) (sparkfleet) or C(ANSIBLE_STRATEGY=linear) (ansible-playbook).
+  - >-
+    mitogen loads the module_utils a module needs before a task starts, but finds only
+    C(ansible.module_utils) imports. This strategy also hands it the collection module_utils a module
+    imports (C(ansible_collections.<ns>.<name>.plugins.module_utils)), so an async task (the weights
+    download, copy and rank files) has them before it detaches from the controller, where an import
+    would wait forever.
+  - Set it in ansible.cfg (C(strategy = sparkfleet) with C(strategy_plugins) pointing at the checkout's
+    plugins/strategy) or by its FQCN C(sparkfleet.cluster.sparkfleet).
+author: sparkfleet developers
+version_added: 2.0.0
+"""
 
 COLLECTIONS = "ansible_collections"
 MODULE_UTILS = ".plugins.module_utils."
