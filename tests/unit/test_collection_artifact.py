@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
 # what the artifact must never carry (top-level names; the lab's keys live under .lab)
 LEFT_OUT = {
-    ".lab", ".venv", ".cache", ".collections", ".pytest_cache", ".ruff_cache", "artifacts",
+    ".lab", ".venv", ".cache", ".collections", ".config", ".pytest_cache", ".ruff_cache", "artifacts",
     "lab", "python", "tests", "molecule", "bench", "scripts", "requirements", "Makefile", "ansible.cfg",
 }  # fmt: skip
 
