@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 pytestmark = pytest.mark.usefixtures("lab")
-PINS = Path(__file__).resolve().parents[2] / "molecule/preflight/pins.yml"
+PINS = Path(__file__).resolve().parents[2] / "molecule/preflight/vars/pins.yml"
 
 
 @pytest.fixture(scope="module")
