@@ -188,6 +188,15 @@ def check_examples(where: str, text: str, module: str, options: dict, problems: 
                 problems.append(f"{where} EXAMPLES task {n}: undocumented options {extra}")
 
 
+def check_header(where: str, doc: dict, key: str, name: str, problems: list[str]) -> None:
+    """DOCUMENTATION names the plugin (`module:` or `name:`) and says what it is and who wrote it."""
+    if doc.get(key) != name:
+        problems.append(f"{where}: DOCUMENTATION names {key} {doc.get(key)!r}, the plugin is {name}")
+    for field in ("short_description", "description", "author"):
+        if not doc.get(field):
+            problems.append(f"{where}: DOCUMENTATION has no {field}")
+
+
 def check_return(where: str, text: str, problems: list[str]) -> None:
     doc = load_yaml(text, f"{where} RETURN", problems)
     if doc is None:
@@ -212,11 +221,7 @@ def check_module(path: Path, problems: list[str]) -> None:
     doc = load_yaml(docs.get("DOCUMENTATION", ""), f"{where} DOCUMENTATION", problems)
     if not isinstance(doc, dict):
         return
-    if doc.get("module") != path.stem:
-        problems.append(f"{where}: DOCUMENTATION names module {doc.get('module')!r}, the file is {path.stem}")
-    for field in ("short_description", "description", "author"):
-        if not doc.get(field):
-            problems.append(f"{where}: DOCUMENTATION has no {field}")
+    check_header(where, doc, "module", path.stem, problems)
     options = doc.get("options") or {}
     if docs.get("RETURN", "").strip():
         check_return(where, docs["RETURN"], problems)
@@ -294,11 +299,7 @@ def check_filter(name: str, source: str, fn: Any, problems: list[str]) -> None:
         if not doc.get(key):
             problems.append(f"{where}: no {key}")
     body = doc.get("DOCUMENTATION") or {}
-    if body.get("name") != name:
-        problems.append(f"{where}: DOCUMENTATION names {body.get('name')!r}, not {name}")
-    for field in ("short_description", "description", "author"):
-        if not body.get(field):
-            problems.append(f"{where}: DOCUMENTATION has no {field}")
+    check_header(where, body, "name", name, problems)
     options = body.get("options") or {}
     if "_input" not in options:
         problems.append(f"{where}: no _input option (what the filter is applied to)")
@@ -345,11 +346,7 @@ def check_documented_plugin(path: Path, kind: str, problems: list[str]) -> None:
     if not isinstance(doc, dict):
         problems.append(f"{where}: the {kind} plugin has no DOCUMENTATION")
         return
-    if doc.get("name") != path.stem:
-        problems.append(f"{where}: DOCUMENTATION names {doc.get('name')!r}, not {path.stem}")
-    for field in ("short_description", "description", "author"):
-        if not doc.get(field):
-            problems.append(f"{where}: DOCUMENTATION has no {field}")
+    check_header(where, doc, "name", path.stem, problems)
 
 
 def ansible_doc(kind: str, names: list[str], problems: list[str]) -> None:
