@@ -42,9 +42,10 @@ lab-status: venv
 
 lint: venv
 	$(BIN)/yamllint -s .
-	$(BIN)/ruff check python lab tests plugins molecule bench
-	$(BIN)/ruff format --check python lab tests plugins molecule bench
+	$(BIN)/ruff check python lab tests plugins molecule bench scripts
+	$(BIN)/ruff format --check python lab tests plugins molecule bench scripts
 	$(BIN)/ansible-lint
+	$(PY) scripts/check-docs.py
 
 unit: venv
 	$(BIN)/pytest -q -n 2 tests/unit

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Run the molecule scenarios (each stands up its own lab cluster: own name, networks, fact cache).
-# By default they run side by side, every line prefixed with its scenario: much of a scenario's
-# time is spent waiting (boots, restarts, readiness), which the other one fills. tp3 starts first
-# (the longer one); tp2 ends long before tp3's fault tests, which run last in tp3's verify.
-#   MOLECULE_SCENARIOS="tp3"   limits the set
-#   MOLECULE_PARALLEL=0        one after the other
+# Run the molecule scenarios, each with its own lab (own name, networks, fact cache): the cluster
+# scenarios tp3 and tp2 (site.yml end to end, the fault tests) and one scenario per role
+# (molecule/<role>/: a small lab of one or two nodes, that role alone).
+# By default in two lanes side by side, every line prefixed with its scenario: tp3 in the first (the
+# longest), tp2 then the role scenarios one after the other in the second. Much of a scenario's time
+# is spent waiting (boots, restarts, readiness), which the other lane fills.
+#   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane)
+#   MOLECULE_PARALLEL=0                 one after the other
+#   SPARKFLEET_LAB_PREFIX=xyz           lab names xyz-<scenario> (default molecule)
 # Every scenario's lab is removed, also on failure; the exit code is 1 if any scenario failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
-scenarios=${MOLECULE_SCENARIOS:-"tp3 tp2"}
+roles=$(for d in molecule/*/molecule.yml; do
+  s=$(basename "$(dirname "$d")")
+  case $s in tp2|tp3) ;; *) printf '%s ' "$s" ;; esac
+done)
+scenarios=${MOLECULE_SCENARIOS:-"tp3 tp2 $roles"}
 parallel=${MOLECULE_PARALLEL:-1}
+prefix=${SPARKFLEET_LAB_PREFIX:-molecule}
 logs=.cache/molecule
 mkdir -p "$logs"
 
@@ -19,24 +27,32 @@ one() {  # one scenario; its result goes to $logs/$s.rc and its time to $logs/$s
   start=$(date +%s)
   echo "=== molecule test -s $s"
   molecule test -s "$s" || rc=$?
-  sparkfleet lab down --name "molecule-$s" >/dev/null 2>&1 || true
+  sparkfleet lab down --name "$prefix-$s" >/dev/null 2>&1 || true
   echo "$rc" > "$logs/$s.rc"
   echo "$(( $(date +%s) - start ))" > "$logs/$s.s"
 }
 
-rm -f "$logs"/*.rc "$logs"/*.s
-pids=()
-for s in $scenarios; do
-  if [ "$parallel" = 0 ]; then
-    one "$s"
-  else
+lane() {  # scenarios one after the other, each line prefixed with its scenario
+  local s
+  for s in "$@"; do
     # line-buffered prefix; sed -u so a line shows when it is written
-    ( one "$s" 2>&1 | sed -u "s/^/[$s] /" ) &
-    pids+=($!)
+    one "$s" 2>&1 | sed -u "s/^/[$s] /"
+  done
+}
+
+rm -f "$logs"/*.rc "$logs"/*.s
+read -r -a all <<< "$scenarios"
+if [ "$parallel" = 0 ]; then
+  for s in "${all[@]}"; do one "$s"; done
+else
+  lane "${all[0]}" &
+  first=$!
+  if [ "${#all[@]}" -gt 1 ]; then
     sleep 5  # the first lab takes its slot (networks) before the next one looks for a free one
+    lane "${all[@]:1}" || true
   fi
-done
-for pid in "${pids[@]}"; do wait "$pid" || true; done
+  wait "$first" || true
+fi
 
 rc=0
 for s in $scenarios; do

@@ -34,6 +34,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--no-verify", action="store_true", help="run site.yml but not the verify requests"
             )
+            p.add_argument(
+                "--nodes",
+                type=int,
+                help="make only the first N Sparks of the topology, cabled where both ends exist "
+                "(a role scenario's small lab; it cannot run site.yml); default: all",
+            )
+            p.add_argument(
+                "--no-hub",
+                action="store_true",
+                help="no hub (Hugging Face, registry and git stand-ins): for roles that download nothing",
+            )
         if cmd == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=_run)
@@ -61,8 +72,20 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         # Only `up` needs the topology of a lab never created: down and status work by name (labels).
-        lab = Lab(name=args.name, topology_name=args.topology, require_topology=args.lab_cmd == "up")
-        if args.lab_cmd == "up":
+        up = args.lab_cmd == "up"
+        lab = Lab(
+            name=args.name,
+            topology_name=args.topology,
+            require_topology=up,
+            nodes=args.nodes if up else None,
+            hub=not args.no_hub if up else None,
+        )
+        if up:
+            partial = lab.node_count < len(lab.hosts_of_topology()) or not lab.with_hub
+            if partial and not args.no_converge:
+                print("sparkfleet lab: a lab with --nodes or --no-hub is not a cluster; add --no-converge",
+                      file=sys.stderr)  # fmt: skip
+                return 64
             return lab.up(converge=not args.no_converge, verify=not args.no_verify)
         if args.lab_cmd == "down":
             lab.down()

@@ -29,7 +29,7 @@ from sparkfleet_lab import docker as d
 from sparkfleet_lab import image, registry, topology
 
 LABEL = "io.sparkfleet_lab"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
 MGMT_IFACE = "enP7s7"
 NODE_USER = "spark"
 HUB_PORTS = {"hf": 8080, "registry": 5000, "git": 9418}
@@ -73,11 +73,14 @@ class Lab:
         project_dir: Path | None = None,
         say: Callable[[str], None] = _say,
         require_topology: bool = True,
+        *,
+        nodes: int | None = None,
+        hub: bool | None = None,
     ) -> None:
         self.project_dir = (project_dir or default_project_dir()).resolve()
         self.name = name or topology_name or "tp3"
         if not NAME_RE.match(self.name):
-            raise LabError(f"lab name {self.name!r}: use 1-24 lowercase letters, digits or '-'")
+            raise LabError(f"lab name {self.name!r}: use 1-24 lowercase letters, digits, '-' or '_'")
         saved = self._load_state(self.name)
         known = saved.get("topology")
         self.topology = topology_name or known or (self.name if self.name in topology.NODE_COUNT else "")
@@ -91,6 +94,21 @@ class Lab:
         self.say = say
         self.prefix = f"sparkfleet-lab-{self.name}"
         self.state = saved
+        # A lab of fewer nodes than the topology (a role scenario's: the first N Sparks, cabled where both
+        # ends exist) and one without the hub (roles that download and build nothing): as created, or
+        # as asked for a new lab.
+        full = topology.NODE_COUNT.get(self.topology, 0)
+        self.node_count = int(saved.get("nodes") or nodes or full)
+        self.with_hub = bool(saved.get("hub", True if hub is None else hub))
+        if nodes and saved and nodes != self.node_count:
+            raise LabError(
+                f"lab {self.name!r} exists with {self.node_count} node(s): "
+                f"`sparkfleet lab down --name {self.name}` first"
+            )
+        if full and not 1 <= self.node_count <= full:
+            raise LabError(
+                f"lab {self.name!r}: --nodes {self.node_count}: a {self.topology} lab has 1..{full}"
+            )
 
     # ---- paths and names ---------------------------------------------------------------
     @property
@@ -121,7 +139,18 @@ class Lab:
     def hosts(self) -> list[str]:
         if self.topology not in topology.NODE_COUNT:
             return []  # a lab never created under a name that is not a topology: no nodes
-        return [f"spark{n}" for n in range(1, topology.NODE_COUNT[self.topology] + 1)]
+        return [f"spark{n}" for n in range(1, self.node_count + 1)]
+
+    def hosts_of_topology(self) -> list[str]:
+        return [f"spark{n}" for n in range(1, topology.NODE_COUNT.get(self.topology, 0) + 1)]
+
+    def rails(self) -> list[topology.Rail]:
+        """The rails of the topology's cables whose both ends are nodes of this lab."""
+        return [
+            r
+            for r in topology.rails(self.project_dir, self.topology)
+            if r.a.node <= self.node_count and r.b.node <= self.node_count
+        ]
 
     def container(self, host: str) -> str:
         return f"{self.prefix}-{host}"
@@ -173,9 +202,12 @@ class Lab:
         images = image.ensure_images()
         self.state.setdefault("topology", self.topology)
         self.state["name"] = self.name
+        self.state["nodes"] = self.node_count
+        self.state["hub"] = self.with_hub
         self._ensure_networks()
         self._ensure_ssh_key()
-        self._ensure_hub(images)
+        if self.with_hub:
+            self._ensure_hub(images)
         self._ensure_nodes(images.node)
         self._write_inventory()
         self.say(self.describe())
@@ -198,7 +230,7 @@ class Lab:
             self._save_state()
         elif d.inspect("network", self.mgmt_network) is None:
             self._create_network(self.mgmt_network, self.mgmt_subnet(), mtu=1500, role="mgmt")
-        for rail in topology.rails(self.project_dir, self.topology):
+        for rail in self.rails():
             if d.inspect("network", self.rail_network(rail)) is None:
                 self._create_network(
                     self.rail_network(rail),
@@ -216,7 +248,7 @@ class Lab:
     # name so `down` removes exactly these rules. Nothing is routed between bridges.
     def _rail_bridges(self) -> list[str]:
         out = []
-        for rail in topology.rails(self.project_dir, self.topology):
+        for rail in self.rails():
             info = d.inspect("network", self.rail_network(rail))
             if info:
                 name = (info.get("Options") or {}).get("com.docker.network.bridge.name")
@@ -394,7 +426,7 @@ class Lab:
     # ---- nodes ---------------------------------------------------------------------------
     def _node_rails(self, node: int) -> list[tuple[topology.Rail, str, topology.End]]:
         out = []
-        for rail in topology.rails(self.project_dir, self.topology):
+        for rail in self.rails():
             if rail.a.node == node:
                 out.append((rail, "a", rail.a))
             if rail.b.node == node:

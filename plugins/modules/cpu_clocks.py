@@ -33,6 +33,7 @@ options:
     description: What sparkfleet configured.
     type: path
     default: /var/lib/sparkfleet/clocks/cpu.conf
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -56,8 +57,13 @@ report:
 
 EXAMPLES = r"""
 - name: Cap the CPU at 3600 MHz
-  sparkfleet_cpu_clocks:
+  sparkfleet.cluster.cpu_clocks:
     cap_mhz: 3600
+
+- name: Report the CPU cap
+  sparkfleet.cluster.cpu_clocks:
+    state: query
+  register: cpu
 """
 
 import glob

@@ -24,13 +24,34 @@ options:
   interval_s: {type: float, default: 2, description: "action=wait: seconds between probes."}
   container: {type: str, description: "action=wait: rank 0's container; its exit ends the wait at once."}
   unit: {type: str, description: "action=wait: rank 0's systemd unit; its failure ends the wait at once."}
-  unit: {type: str, description: "action=wait: rank 0's systemd unit; its failure ends the wait at once."}
   docker: {type: str, default: docker, description: The docker CLI (for I(container)).}
   checks:
     type: list
     elements: str
     default: [models, chat, stream, tool, json_schema]
     description: Which verify checks to run, in order.
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Wait for the API to be ready (one call waits up to wait_s; loop for longer)
+  sparkfleet.cluster.engine_api:
+    action: wait
+    url: http://127.0.0.1:18002
+    model: deepseek-v4.1-flash
+    api_key_file: /etc/sparkfleet/api-keys
+    wait_s: 60
+    container: sparkfleet-engine
+  register: api
+  until: api.ready
+  retries: 30
+
+- name: Send the verify requests
+  sparkfleet.cluster.engine_api:
+    action: verify
+    url: http://127.0.0.1:18002
+    model: deepseek-v4.1-flash
+    api_key_file: /etc/sparkfleet/api-keys
 """
 
 RETURN = r"""

@@ -21,6 +21,16 @@ options:
   credentials_var: {type: str, default: SPARK_API_KEY, description: Variable name in the credentials file.}
   credentials_owner: {type: str, description: Owner of the credentials file and its directory.}
   credentials_group: {type: str, description: Group of the credentials file and its directory.}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: The engine's API key, and the TP3 recipe's credentials file for the admin
+  sparkfleet.cluster.engine_api_key:
+    path: /etc/sparkfleet/api-keys
+    credentials_file: /home/spark/ds1017/api/credentials.env
+    credentials_owner: spark
+  no_log: true
 """
 
 RETURN = r"""

@@ -8,7 +8,7 @@ short_description: Make the engine's cache directories and check they can grow t
 description:
   - For each cache, creates the directory (mode 0750) if missing and checks that the filesystem can
     hold its configured size - free space plus what the directory already holds must reach it.
-  - Never deletes anything: the caches are kept across restarts (the prefix cache's point is that a
+  - Never deletes anything; the caches are kept across restarts (the prefix cache's point is that a
     restarted engine finds its cached prompts).
 options:
   caches:
@@ -17,6 +17,14 @@ options:
     required: true
     description: "Entries with name, path and size_gib."
   owner: {type: str, default: root, description: Owner of new directories.}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: The engine's caches on this node
+  sparkfleet.cluster.engine_cache:
+    caches:
+      - {name: prefix, path: /srv/sparkfleet/cache/prefix, size_gib: 100}
 """
 
 RETURN = r"""

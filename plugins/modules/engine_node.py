@@ -31,6 +31,19 @@ options:
   rank_file: {type: str, default: "", description: "The rank file; empty = the record's."}
   chat_template: {type: str, default: "", description: "The chat template; empty = the record's."}
   log_lines: {type: int, default: 3, description: "Last lines of a stopped container's log to report."}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Read what this node runs of the engine
+  sparkfleet.cluster.engine_node:
+    name: sparkfleet-engine
+    image: sparkfleet/tensorfold:0123456789ab
+    devices: [/dev/infiniband]
+    clock_state_file: /var/lib/sparkfleet/clocks/gpu.conf
+    clock_applied_file: /run/sparkfleet/clocks/gpu.applied
+    weights_record: /var/lib/sparkfleet/weights.json
+  register: node
 """
 
 RETURN = r"""

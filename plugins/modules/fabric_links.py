@@ -42,7 +42,16 @@ options:
     type: list
     elements: str
     default: []
-author: sparkfleet
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Bring the fabric rails to the plan (only these rails are touched)
+  sparkfleet.cluster.fabric_links:
+    links:
+      - {netdev: enp1s0f1np1, address: 10.12.1.1, prefix: 24}
+      - {netdev: enP2p1s0f1np1, address: 10.12.2.1, prefix: 24}
+    protect: [enP7s7]
 """
 
 RETURN = r"""

@@ -38,6 +38,22 @@ options:
     elements: str
     default: []
     description: Units to enable (at boot); they must be among the files written or exist already.
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: A unit and its drop-in, in one round trip; enable the unit
+  sparkfleet.cluster.files:
+    dirs:
+      - {path: /var/lib/sparkfleet, mode: "0755"}
+    files:
+      - path: /etc/systemd/system/example.service
+        mode: "0644"
+        content: |
+          [Service]
+          ExecStart=/bin/true
+    units: [example.service]
+    enable: [example.service]
 """
 
 RETURN = r"""

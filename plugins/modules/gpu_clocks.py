@@ -9,7 +9,7 @@ module: gpu_clocks
 short_description: Cap the GPU SM clock with nvidia-smi (query, compare, set) and record it
 description:
   - Reads the GPUs with C(nvidia-smi --query-gpu), the cap this node is configured with (the state file
-    sparkfleet writes: nvidia-smi does not report a lock range) and the cap applied since this boot
+    sparkfleet writes, because nvidia-smi does not report a lock range) and the cap applied since this boot
     (a marker under /run, which a reboot empties, as it empties the GPU's lock).
   - Sets only what differs. C(cap_mhz > 0) runs C(nvidia-smi -lgc 0,<cap>); C(cap_mhz = 0) runs
     C(nvidia-smi -rgc) (stock clocks). Persistence mode is enabled first (C(nvidia-smi -pm 1)).
@@ -45,6 +45,7 @@ options:
     description: An SM clock under this value means a latched GPU.
     type: int
     default: 1000
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -81,8 +82,17 @@ report:
 
 EXAMPLES = r"""
 - name: Cap the GPU at 2300 MHz
-  sparkfleet_gpu_clocks:
+  sparkfleet.cluster.gpu_clocks:
     cap_mhz: 2300
+
+- name: Back to stock clocks
+  sparkfleet.cluster.gpu_clocks:
+    cap_mhz: 0
+
+- name: Report the clocks
+  sparkfleet.cluster.gpu_clocks:
+    state: query
+  register: clocks
 """
 
 import os

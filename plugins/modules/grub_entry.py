@@ -22,6 +22,7 @@ options:
     description: The generated GRUB configuration.
     type: path
     default: /boot/grub/grub.cfg
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -31,8 +32,9 @@ kernels: {description: Every kernel release with a normal menu entry., type: lis
 
 EXAMPLES = r"""
 - name: Find the 64K kernel's menu entry
-  sparkfleet_grub_entry:
+  sparkfleet.cluster.grub_entry:
     release: 6.11.0-1016-nvidia-64k
+  register: entry
 """
 
 import re

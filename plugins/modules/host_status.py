@@ -11,9 +11,9 @@ description:
   - Reads OS release, kernel and page size, NVIDIA driver, ConnectX-7 firmware, memory saver, THP, swap,
     kernel command line, live sysctls and the clock caps sparkfleet configured, and checks each against
     I(expect). Every check has a status (C(ok), C(off), C(n/a)) and, when off, how to fix it.
-  - In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a):
+  - In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a), since
     they describe the host's kernel, not the node.
-  - C(reboot_reasons) lists what only a reboot brings into effect: kernel arguments written to GRUB but not
+  - C(reboot_reasons) lists what only a reboot brings into effect - kernel arguments written to GRUB but not
     in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
     (/run/reboot-required).
   - Changes nothing.
@@ -51,6 +51,7 @@ options:
   page_size:
     description: The running kernel's page size (default the real one; tests).
     type: int
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -78,8 +79,13 @@ report:
 
 EXAMPLES = r"""
 - name: Read and check the host
-  sparkfleet_host_status:
-    expect: {os: {ubuntu: "24.04"}, kernel_min: "6.11", driver_min: "580.95.05"}
+  sparkfleet.cluster.host_status:
+    expect:
+      os: {ubuntu: "24.04"}
+      kernel_min: "6.11"
+      driver_min: 580.95.05
+      gpu_cap_mhz: 2300
+  register: status
 """
 
 import re

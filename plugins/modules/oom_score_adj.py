@@ -9,7 +9,7 @@ module: oom_score_adj
 short_description: Give the running main process of systemd units an oom_score_adj
 description:
   - For each unit that exists and runs, reads C(/proc/<MainPID>/oom_score_adj) and writes I(value) where it
-    differs. This is the live half of an C(OOMScoreAdjust=) drop-in: systemd applies the drop-in at the next
+    differs. This is the live half of an C(OOMScoreAdjust=) drop-in; systemd applies the drop-in at the next
     start, and restarting docker would stop the engine.
   - Lowering a score needs CAP_SYS_RESOURCE. Where the node does not grant it (a container), the unit is
     reported in C(not_applied) with the reason and a warning; nothing is claimed as done.
@@ -32,6 +32,7 @@ options:
     description: The systemctl executable.
     type: str
     default: systemctl
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -46,9 +47,9 @@ not_applied:
 """
 
 EXAMPLES = r"""
-- name: Protect ssh and docker from the kernel OOM killer
-  sparkfleet_oom_score_adj:
-    units: [ssh.service, docker.service]
+- name: Keep the OOM killer away from ssh and docker now (their drop-ins act at the next start)
+  sparkfleet.cluster.oom_score_adj:
+    units: [ssh.service, docker.service, containerd.service]
     value: -900
 """
 

@@ -37,7 +37,16 @@ options:
     description: The nvidia-smi executable.
     type: str
     default: nvidia-smi
-author: sparkfleet
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Read disk, memory, kernel settings, docker and nvidia-smi
+  sparkfleet.cluster.preflight_facts:
+    weights_path: /srv/sparkfleet/models
+    ports: [18002, 29500]
+  check_mode: false
+  register: node
 """
 
 RETURN = r"""

@@ -34,7 +34,16 @@ options:
     description: The kernel's sysfs, where real RDMA devices (that can carry traffic) are listed.
     type: path
     default: /sys
-author: sparkfleet
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Read the RDMA state and GID index of each rail
+  sparkfleet.cluster.rdma_facts:
+    links:
+      - {netdev: enp1s0f1np1, hca: rocep1s0f1, address: 10.12.1.1}
+      - {netdev: enP2p1s0f1np1, hca: roceP2p1s0f1, address: 10.12.2.1}
+  register: rdma
 """
 
 RETURN = r"""

@@ -35,6 +35,7 @@ options:
     description: Where /proc/swaps is (tests).
     type: path
     default: /proc/swaps
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -46,7 +47,7 @@ reasons: {description: Why the file was (re)made., type: list, returned: always}
 
 EXAMPLES = r"""
 - name: 16 GiB of swap
-  sparkfleet_swapfile:
+  sparkfleet.cluster.swapfile:
     path: /swap.sparkfleet
     size_mib: 16384
 """

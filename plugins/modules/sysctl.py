@@ -27,6 +27,7 @@ options:
     description: Where /proc/sys is (tests).
     type: path
     default: /proc/sys
+author: sparkfleet developers
 """
 
 RETURN = r"""
@@ -42,7 +43,7 @@ not_applied:
 
 EXAMPLES = r"""
 - name: Apply the memory sysctls
-  sparkfleet_sysctl:
+  sparkfleet.cluster.sysctl:
     settings: {vm.swappiness: 10, vm.watermark_boost_factor: 0}
 """
 

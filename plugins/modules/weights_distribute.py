@@ -9,7 +9,7 @@ description:
   - For every worker, the files it lacks are spread over rsync streams (C(streams_per_address) per
     fabric address of the worker, so both rails of a cable carry data) and all streams of all workers
     run at the same time.
-  - rsync runs with C(--partial --partial-dir=.rsync-partial): a cut-off file resumes from its part
+  - rsync runs with C(--partial --partial-dir=.rsync-partial), so a cut-off file resumes from its part
     (rsync's delta transfer uses the part as basis), finished files are skipped (size + mtime).
     The source is the head's plain snapshot of hard links, so no hub-cache symlink reaches a worker.
   - Workers need no internet: they only receive over SSH from the head.
@@ -36,11 +36,42 @@ options:
       worker's fabric address (a one-time secret sent on stdin), without ssh's encryption cost
   rsyncd_port: {type: int, default: 8730, description: first port of the per-address daemons}
   status_file: {type: path, description: progress file}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Copy the snapshot to the workers over the fabric, in the background
+  sparkfleet.cluster.weights_distribute:
+    src: /srv/sparkfleet/models/snapshot
+    dest: /srv/sparkfleet/models/snapshot
+    targets:
+      - host: spark2
+        user: spark
+        addresses: [10.12.1.2, 10.12.2.2]
+        files: [{path: config.json, size: 1523}]
+    status_file: /srv/sparkfleet/models/.sparkfleet/progress-copy.json
+  async: 86400
+  poll: 0
+  register: copy_job
 """
 
 RETURN = r"""
-copied: {type: dict, description: host -> files sent}
-bytes: {type: int, description: bytes of the files sent}
+copied:
+  description: Host to the files sent to it (or to be sent, in check mode).
+  type: dict
+  returned: always
+bytes:
+  description: Bytes of the files sent.
+  type: int
+  returned: always
+rate_bps:
+  description: Bytes per second over all streams.
+  type: int
+  returned: when files were copied
+streams:
+  description: How many rsync streams ran.
+  type: int
+  returned: when files were copied
 """
 
 import contextlib

@@ -28,12 +28,44 @@ options:
   retries: {type: int, default: 3, description: attempts per file}
   status_file: {type: path, description: progress file}
   cache_file: {type: path, description: the verify stat cache to seed with the digests computed here}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Resolve the pinned revisions
+  sparkfleet.cluster.weights_fetch:
+    mode: resolve
+    repos:
+      - {name: main, repo: LibertAIDAI/DeepSeek-V4.1-Flash-1017-EXL3-2.9bpw, revision: afc7aa0a}
+    weights_path: /srv/sparkfleet/models
+  register: resolved
+
+- name: Download what is missing, in the background
+  sparkfleet.cluster.weights_fetch:
+    mode: download
+    weights_path: /srv/sparkfleet/models
+    manifest: "{{ resolved.manifest }}"
+    status_file: /srv/sparkfleet/models/.sparkfleet/progress-download.json
+  async: 86400
+  poll: 0
+  register: download_job
 """
 
 RETURN = r"""
-manifest: {type: dict, description: "repos (with the resolved commits) and files"}
-downloaded: {type: list, description: files fetched by this run}
-bytes_downloaded: {type: int, description: bytes received by this run}
+manifest:
+  description: >-
+    mode=resolve: repos (with the resolved commits), files (path, size, sha256 or git_oid, etag),
+    total_bytes
+  type: dict
+  returned: mode=resolve
+downloaded:
+  description: The files fetched by this run (or that would be, in check mode).
+  type: list
+  returned: mode=download
+bytes_downloaded:
+  description: Bytes received by this run.
+  type: int
+  returned: mode=download
 """
 
 import contextlib

@@ -6,14 +6,14 @@ DOCUMENTATION = r"""
 module: weights_rank
 short_description: Build a TP3 rank file deterministically and check its SHA-256
 description:
-  - Builds C(dest) from the verified snapshot: the tensors listed in C(keys), in that order, in the
+  - Builds C(dest) from the verified snapshot, the tensors listed in C(keys), in that order, in the
     format the role README defines (sparkfleet-rank-v1, a valid safetensors file).
   - The file is written as C(dest.partial) and renamed only when complete and its SHA-256 equals
     C(expected_sha256) (from the release manifest); a mismatch deletes the part and fails clearly.
   - C(builder=builtin) uses the module's own builder; any other value is a command template run
     without a shell, with C({snapshot}), C({keys}), C({index}), C({rank}) and C({output}) (the
     C(.partial) path it must write) filled in; the engine image ships such a builder.
-  - An existing rank file with the expected digest (stat cache, else a hash) is kept: no rebuild.
+  - An existing rank file with the expected digest (stat cache, else a hash) is kept, not rebuilt.
 options:
   snapshot: {type: path, required: true, description: the verified snapshot}
   keys: {type: str, required: true, description: "keys file, relative to the snapshot (tp3/rank<N>.keys)"}
@@ -25,6 +25,40 @@ options:
   cache_file: {type: path, description: stat cache}
   margin_bytes: {type: int, default: 0, description: space to leave free}
   status_file: {type: path, description: progress file}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Build this node's rank file
+  sparkfleet.cluster.weights_rank:
+    snapshot: /srv/sparkfleet/models/snapshot
+    keys: tp3/rank1.keys
+    rank: 1
+    dest: /srv/sparkfleet/models/rank/rank1.safetensors
+    expected_sha256: "{{ release_sha256 }}"
+"""
+
+RETURN = r"""
+rank:
+  description: This node's rank.
+  type: int
+  returned: always
+path:
+  description: The rank file.
+  type: str
+  returned: always
+sha256:
+  description: Its SHA-256 (the release manifest's).
+  type: str
+  returned: always
+build:
+  description: The file was built (or would be, in check mode) by this run.
+  type: bool
+  returned: always
+size:
+  description: Its size in bytes.
+  type: int
+  returned: always
 """
 
 import os

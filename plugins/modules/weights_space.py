@@ -7,7 +7,7 @@ module: weights_space
 short_description: Refuse a download or copy that would not fit, with the numbers
 description:
   - Needed = the manifest's bytes + extra items (e.g. a rank file) + margin - the bytes already there
-    (whole files of the right size, and resumable parts: the head's C(.incomplete) blobs, rsync's
+    (whole files of the right size, and resumable parts, the head's C(.incomplete) blobs, rsync's
     C(.rsync-partial) files). Fails when the filesystem holding C(path) has less free space.
   - Changes nothing.
 options:
@@ -29,6 +29,35 @@ options:
     elements: dict
     default: []
     description: "[{what, size, path}] more files this run writes"
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Check free disk before the download
+  sparkfleet.cluster.weights_space:
+    path: /srv/sparkfleet/models
+    files: "{{ resolved.manifest.files }}"
+    layout: head
+    margin_bytes: 20000000000
+"""
+
+RETURN = r"""
+needed_bytes:
+  description: Free bytes this run needs (files + extra + margin - what is already there).
+  type: int
+  returned: always
+free_bytes:
+  description: Free bytes on the filesystem of I(path).
+  type: int
+  returned: always
+present_bytes:
+  description: Bytes of the listed files already there (whole or as resumable parts).
+  type: int
+  returned: always
+filesystem:
+  description: The path measured (I(path) or its nearest existing parent).
+  type: str
+  returned: always
 """
 
 import os

@@ -8,15 +8,43 @@ short_description: Write the chat template with a unified-diff fix applied
 description:
   - Reads C(src) (the chat template of the verified snapshot, i.e. fetched at the pinned revision),
     applies C(patch) (a unified diff, the text of a file kept in the role) and writes C(dest).
-  - Idempotent: if the fix is already in C(src) (the patch applies in reverse), C(src) is written
+  - Idempotent. If the fix is already in C(src) (the patch applies in reverse), C(src) is written
     as is; if C(dest) already holds the result, nothing changes. If the patch applies neither way,
-    the template at that revision is not the one the fix was written for: a clear error.
+    the template at that revision is not the one the fix was written for, a clear error.
   - The snapshot file itself is never modified (its SHA-256 is part of the verified manifest).
 options:
   src: {type: path, required: true, description: the template in the snapshot}
   patch: {type: str, required: true, description: unified diff text}
   patch_name: {type: str, default: the fix, description: name for messages}
   dest: {type: path, required: true, description: where the fixed template goes}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Write the fixed chat template
+  sparkfleet.cluster.weights_template:
+    src: /srv/sparkfleet/models/snapshot/chat_template.jinja
+    patch: "{{ lookup('ansible.builtin.file', 'chat_template-thinking-off.patch', rstrip=false) }}"
+    dest: /srv/sparkfleet/models/chat_template.jinja
+"""
+
+RETURN = r"""
+state:
+  description: "C(applied), or C(already in the template) when the snapshot's template has the fix."
+  type: str
+  returned: success
+path:
+  description: The fixed template (I(dest)).
+  type: str
+  returned: success
+sha256:
+  description: SHA-256 of the fixed template.
+  type: str
+  returned: success
+source_sha256:
+  description: SHA-256 of the snapshot's template.
+  type: str
+  returned: success
 """
 
 import hashlib

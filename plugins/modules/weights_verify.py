@@ -8,8 +8,8 @@ short_description: Verify a weights snapshot (SHA-256, sizes, safetensors header
 description:
   - Hashes the listed files in parallel on every core and compares SHA-256 (or the git blob id of
     small files whose SHA-256 the hub does not publish) and sizes with the manifest.
-  - Keeps a stat cache (size, mtime, ctime, inode, device -> digest): a file whose stat is unchanged
-    since it was last hashed is not hashed again, so an unchanged re-verify takes seconds.
+  - Keeps a stat cache (size, mtime, ctime, inode, device -> digest), so a file whose stat is unchanged
+    since it was last hashed is not hashed again and an unchanged re-verify takes seconds.
   - Checks every .safetensors header (length, JSON, every tensor's data end within the file) and each
     index (shard count and names, tensors present in their shard).
   - With remove_bad, a corrupt or wrongly sized file is deleted (on the head with its hub-cache blob)
@@ -40,14 +40,48 @@ options:
   repos: {type: list, elements: dict, default: [], description: repo records for the written manifest}
   prune: {type: bool, default: false, description: delete files under root that the manifest does not list}
   status_file: {type: path, description: progress file}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Verify the snapshot and write its manifest
+  sparkfleet.cluster.weights_verify:
+    root: /srv/sparkfleet/models/snapshot
+    files: "{{ resolved.manifest.files }}"
+    cache_file: /srv/sparkfleet/models/.sparkfleet/verify-cache.json
+    require_complete: true
+    write_manifest: /srv/sparkfleet/models/.sparkfleet/manifest.json
 """
 
 RETURN = r"""
-digest: {type: str, description: "sha256:<hex> of the canonical file list (when complete)"}
-files: {type: list, description: "[{path, size, sha256}] (when complete)"}
-missing: {type: list, description: files not there}
-bad: {type: list, description: "[{path, reason}]"}
-removed: {type: list, description: files deleted because they were bad}
+complete:
+  description: Every listed file is present and good, and the indexes and the release manifest agree.
+  type: bool
+  returned: always
+digest:
+  description: "sha256:<hex> of the canonical file list (when complete)."
+  type: str
+  returned: always
+files:
+  description: "[{path, size, sha256}] (when complete)."
+  type: list
+  returned: always
+missing:
+  description: The files that are not there.
+  type: list
+  returned: always
+bad:
+  description: "[{path, reason}] of the files that are not good."
+  type: list
+  returned: always
+removed:
+  description: The files deleted because they were bad (with remove_bad).
+  type: list
+  returned: always
+cache_hits:
+  description: Files not hashed again because their stat is unchanged.
+  type: int
+  returned: always
 """
 
 import json

@@ -7,11 +7,12 @@ DOCUMENTATION = r"""
 module: weights_wait
 short_description: Wait for an async model_weights task, printing its progress (bytes, rate, ETA)
 description:
-  - The action plugin polls the job started with C(async)/C(poll=0) and prints the progress file the
+  - >-
+    The action plugin polls the job started with C(async)/C(poll=0) and prints the progress file the
     task writes (e.g. C(download: 12.3 GB / 385.0 GB (3.2%), 410.0 MB/s, ETA 15m12s, files 3/45))
     between polls, so a long download or copy is never hours of silence. It returns the job's own
     result (changed, failed, msg, ...).
-  - The module is one poll: it reads the job file and the progress file (and removes the job file
+  - The module is one poll. It reads the job file and the progress file (and removes the job file
     with C(cleanup)).
 options:
   job: {type: dict, description: the registered result of the async task (action plugin)}
@@ -20,6 +21,30 @@ options:
   interval: {type: int, default: 10, description: seconds between polls}
   timeout: {type: int, default: 86400, description: give up after this many seconds}
   cleanup: {type: bool, default: false, description: remove the job file (module)}
+author: sparkfleet developers
+"""
+
+EXAMPLES = r"""
+- name: Wait for the download, printing bytes, rate and ETA
+  sparkfleet.cluster.weights_wait:
+    job: "{{ download_job }}"
+    status_file: /srv/sparkfleet/models/.sparkfleet/progress-download.json
+    interval: 10
+"""
+
+RETURN = r"""
+finished:
+  description: "Module: the job has finished."
+  type: bool
+  returned: always
+job:
+  description: "Module: the job's result once it has finished (null before)."
+  type: dict
+  returned: always
+progress:
+  description: "Module: the progress file's content (null when there is none yet)."
+  type: dict
+  returned: always
 """
 
 import contextlib

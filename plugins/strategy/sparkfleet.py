@@ -1,17 +1,95 @@
-"""sparkfleet's default strategy (ansible.cfg: strategy = sparkfleet): mitogen's linear strategy when the
-pinned mitogen package is installed (requirements/lock.txt; `make venv`), else ansible's own linear one.
+"""sparkfleet's default strategy: mitogen's linear strategy when mitogen is installed, else Ansible's linear.
 
-mitogen keeps one Python interpreter per node for the whole run instead of starting one per task: the
-same tasks in the same order, a no-op re-run 1.7-2x as fast in the lab (README, "Speed"). To run without it:
-SPARKFLEET_STRATEGY=linear (sparkfleet) or ANSIBLE_STRATEGY=linear (ansible-playbook).
+See DOCUMENTATION (ansible-doc -t strategy sparkfleet.cluster.sparkfleet).
 """
 
 from __future__ import annotations
 
+import importlib.util
+
 from ansible.utils.display import Display
 
+DOCUMENTATION = r"""
+name: sparkfleet
+short_description: mitogen's linear strategy when mitogen is installed, else Ansible's linear strategy
+description:
+  - The same tasks in the same order as C(ansible.builtin.linear). With the pinned C(mitogen) package
+    installed (requirements/lock.txt), mitogen keeps one Python interpreter per node for the whole run
+    instead of starting one per task; a no-op re-run of site.yml is 1.7-2x as fast in the lab.
+  - Without mitogen it runs Ansible's linear strategy and says so in a warning. To run without mitogen on
+    purpose, C(SPARKFLEET_STRATEGY=linear) (sparkfleet) or C(ANSIBLE_STRATEGY=linear) (ansible-playbook).
+  - >-
+    mitogen loads the module_utils a module needs before a task starts, but finds only
+    C(ansible.module_utils) imports. This strategy also hands it the collection module_utils a module
+    imports (C(ansible_collections.<ns>.<name>.plugins.module_utils)), so an async task (the weights
+    download, copy and rank files) has them before it detaches from the controller, where an import
+    would wait forever.
+  - Set it in ansible.cfg (C(strategy = sparkfleet) with C(strategy_plugins) pointing at the checkout's
+    plugins/strategy) or by its FQCN C(sparkfleet.cluster.sparkfleet).
+author: sparkfleet developers
+version_added: 2.0.0
+"""
+
+COLLECTIONS = "ansible_collections"
+MODULE_UTILS = ".plugins.module_utils."
+
+
+def collection_module_utils(module_path: str, walk) -> list[tuple[str, str, bool]]:
+    """(name, path, is_package) of every collection module_util the module at `module_path` imports,
+    directly or through another module_util. `walk(code, prefix)` yields the imported names."""
+    found: dict[str, tuple[str, str, bool]] = {}
+    queue = [module_path]
+    while queue:
+        path = queue.pop()
+        with open(path, "rb") as fh:
+            code = compile(fh.read(), path, "exec")
+        for name in walk(code, COLLECTIONS):
+            if name in found or MODULE_UTILS not in name:
+                continue
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):  # a name imported from a module, not a module
+                spec = None
+            if spec is None or not spec.origin or not spec.has_location:
+                continue
+            found[name] = (name, spec.origin, spec.submodule_search_locations is not None)
+            queue.append(spec.origin)
+    return sorted(found.values())
+
+
+def _is_collection_util(entry: tuple[str, str, bool]) -> bool:
+    return entry[0].startswith(COLLECTIONS + ".") and MODULE_UTILS in entry[0]
+
+
+def _patch_mitogen(module_finder, service) -> None:
+    """Collection module_utils into mitogen's scan, and into its "builtin" (import before the task) list."""
+    if getattr(module_finder.scan, "sparkfleet", False):
+        return
+    scan = module_finder.scan
+    builtin_names, custom_tups = service._get_builtin_names, service._get_custom_tups
+
+    def _scan(module_name, module_path, search_path):
+        found = set(scan(module_name, module_path, search_path))
+        found.update(collection_module_utils(module_path, module_finder.walk_imports))
+        return sorted(found)
+
+    def _builtin_names(self, builtin_path, resolved):
+        ours = [entry[0] for entry in resolved if _is_collection_util(entry)]
+        return builtin_names(self, builtin_path, [e for e in resolved if not _is_collection_util(e)]) + ours
+
+    def _custom_tups(self, builtin_path, resolved):
+        return custom_tups(self, builtin_path, [e for e in resolved if not _is_collection_util(e)])
+
+    _scan.sparkfleet = True
+    module_finder.scan = _scan
+    service._get_builtin_names = _builtin_names
+    service._get_custom_tups = _custom_tups
+
+
 try:
+    from ansible_mitogen import module_finder
     from ansible_mitogen.plugins.strategy.mitogen_linear import StrategyModule
+    from ansible_mitogen.services import ModuleDepService
 except ImportError:  # plain Ansible without mitogen (an execution environment built without it, say)
     from ansible.plugins.strategy.linear import StrategyModule
 
@@ -19,5 +97,7 @@ except ImportError:  # plain Ansible without mitogen (an execution environment b
         "sparkfleet: the mitogen package is not installed; running with ansible's linear strategy "
         "(the same result, slower: install requirements/lock.txt)"
     )
+else:
+    _patch_mitogen(module_finder, ModuleDepService)
 
 __all__ = ["StrategyModule"]

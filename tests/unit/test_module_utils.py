@@ -6,6 +6,7 @@ AnsibleModule and the collection's own module_utils."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import stat
@@ -406,3 +407,61 @@ def test_module_imports_what_ansible_ships(path):
 def test_module_utils_are_stdlib_only(path):
     for name in imports(path):
         assert name.split(".")[0] in STDLIB or name.startswith(OWN), f"{path.name} imports {name}"
+
+
+# ---- mitogen loads them before an async task detaches (plugins/strategy/sparkfleet.py) -----------------
+def load_strategy():
+    spec = importlib.util.spec_from_file_location(
+        "sparkfleet_strategy", ROOT / "plugins/strategy/sparkfleet.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_strategy_finds_the_collection_module_utils_a_module_needs():
+    from ansible_mitogen import module_finder
+
+    strategy = load_strategy()
+
+    def names(module: str) -> list[str]:
+        found = strategy.collection_module_utils(str(MODULES / f"{module}.py"), module_finder.walk_imports)
+        assert all(Path(path).is_file() and not pkg for _name, path, pkg in found)
+        return [name.rsplit(".", 1)[1] for name, _path, _pkg in found]
+
+    assert names("weights_fetch") == ["fileio", "weights"]  # fileio through weights too
+    assert names("host_status") == ["clock_state", "fileio", "node"]
+    assert names("sysctl") == []
+
+
+def test_strategy_puts_them_on_the_list_mitogen_imports_before_a_task():
+    from ansible_mitogen import module_finder
+
+    strategy = load_strategy()
+
+    class FakeFinder:
+        @staticmethod
+        def scan(module_name, module_path, search_path):
+            return [("ansible.module_utils.basic", "/ansible/module_utils/basic.py", False)]
+
+        walk_imports = staticmethod(module_finder.walk_imports)
+
+    class FakeService:
+        def _get_builtin_names(self, builtin_path, resolved):
+            return [name for name, path, _pkg in resolved if path.startswith(builtin_path)]
+
+        def _get_custom_tups(self, builtin_path, resolved):
+            return [entry for entry in resolved if not entry[1].startswith(builtin_path)]
+
+    strategy._patch_mitogen(FakeFinder, FakeService)
+    resolved = FakeFinder.scan("m", str(MODULES / "weights_rank.py"), ())
+    builtin = FakeService()._get_builtin_names("/ansible/module_utils", resolved)
+    assert builtin == [
+        "ansible.module_utils.basic",
+        f"{OWN}.disk",
+        f"{OWN}.fileio",
+        f"{OWN}.weights",
+    ]
+    assert FakeService()._get_custom_tups("/ansible/module_utils", resolved) == []  # no fork, nothing pushed
+    strategy._patch_mitogen(FakeFinder, FakeService)  # patching twice changes nothing
+    assert FakeFinder.scan("m", str(MODULES / "weights_rank.py"), ()) == resolved
