@@ -8,19 +8,26 @@ DOCUMENTATION = r"""
 module: gpu_clocks
 short_description: Cap the GPU SM clock with nvidia-smi (query, compare, set, verify) and record it
 description:
-  - Reads the GPUs with C(nvidia-smi --query-gpu), the cap this node is configured with (the state file
-    sparkfleet writes: nvidia-smi does not report a lock range) and the cap applied since this boot
+  - >-
+    Reads the GPUs with C(nvidia-smi --query-gpu), the cap this node is configured with (the state file
+    sparkfleet writes, because nvidia-smi does not report a lock range) and the cap applied since this boot
     (a marker under /run, which a reboot empties, as it empties the GPU's lock).
-  - Sets only what differs. C(cap_mhz > 0) runs C(nvidia-smi -lgc <min_mhz>,<cap>); C(cap_mhz = 0) runs
+  - >-
+    Sets only what differs. C(cap_mhz > 0) runs C(nvidia-smi -lgc <min_mhz>,<cap>); C(cap_mhz = 0) runs
     C(nvidia-smi -rgc) (stock clocks). With I(persistence_mode), C(nvidia-smi -pm 1) runs first; its
     failure is a warning, never the end of the run (the GB10 receipts run without it).
-  - After setting, samples the SM clock (I(verify_samples) times, I(verify_interval_ms) apart) and records
-    the verdict under /run (C(gpu.verify)): C(nvidia-smi -lgc) can answer success without pinning the clock,
-    so a sample above the cap is reported as a cap that did not take (a warning and C(pinned=false)).
-  - A cap is re-applied when an SM clock runs above it although it took before (the lock was lost, e.g.
+  - >-
+    After setting, samples the SM clock (I(verify_samples) times, I(verify_interval_ms) apart) and records
+    the verdict under /run (C(gpu.verify)), since C(nvidia-smi -lgc) can answer success without pinning
+    the clock, so a sample above the cap is reported as a cap that did not take (a warning and
+    C(pinned=false)).
+  - >-
+    A cap is re-applied when an SM clock runs above it although it took before (the lock was lost, e.g.
     after a GPU reset); one that did not take in this boot is reported again, not re-applied every run.
-  - Flags a GPU whose SM clock is under I(latched_below_mhz): a latched GB10 needs an AC power cycle.
-  - Supports check mode and diff.
+  - >-
+    Flags a GPU whose SM clock is under I(latched_below_mhz): a latched GB10 needs an AC power cycle.
+  - >-
+    Supports check mode and diff.
 options:
   cap_mhz:
     description: GPU SM clock cap in MHz; 0 = stock clocks. Required when I(state=present).

@@ -8,20 +8,25 @@ DOCUMENTATION = r"""
 module: host_status
 short_description: The TP3 recipe's `prep-sparks status` as data, its readiness table, and the reboot reasons
 description:
-  - Reads OS release, kernel and page size, NVIDIA driver, board firmware (BIOS from DMI; SoC, EC and PD from
+  - >-
+    Reads OS release, kernel and page size, NVIDIA driver, board firmware (BIOS from DMI; SoC, EC and PD from
     C(fwupdmgr get-devices --json)), ConnectX-7 firmware (C(fw_ver) of the RDMA devices), memory saver, THP,
     swap, kernel command line, live sysctls and the clock caps sparkfleet configured, and checks each against
     I(expect). Every check has a status (C(ok), C(off), C(n/a)) and, when off, how to fix it.
-  - C(readiness) groups the checks a TP3 cluster needs before the engine may start (I(expect.ready_checks):
-    page size, memory saver, firmware, kernel pair): one entry per item, ready or not, with what is missing.
-    A check that cannot be read here (C(n/a)) leaves its item not ready: unverified is not ready.
-  - In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a):
+  - >-
+    C(readiness) groups the checks a TP3 cluster needs before the engine may start (I(expect.ready_checks):
+    page size, memory saver, firmware, kernel pair), one entry per item, ready or not, with what is missing.
+    A check that cannot be read here (C(n/a)) leaves its item not ready (unverified is not ready).
+  - >-
+    In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a), as
     they describe the host's kernel, not the node. The ConnectX-7 firmware read from a stand-in tree
     (I(sysfs_root) other than /sys, the lab's) is the node's own and is checked.
-  - C(reboot_reasons) lists what only a reboot brings into effect: kernel arguments written to GRUB but not
-    in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
+  - >-
+    C(reboot_reasons) lists what only a reboot brings into effect, i.e. kernel arguments written to GRUB
+    but not in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
     (/run/reboot-required).
-  - Changes nothing.
+  - >-
+    Changes nothing.
 options:
   expect:
     description: >-
@@ -77,7 +82,7 @@ checks:
   description: "Per check: check, value, expected, status (ok, off, n/a), fix."
   type: list
   returned: always
-off:
+"off":
   description: The checks that are off.
   type: list
   returned: always
