@@ -226,3 +226,40 @@ def test_the_kernel_cache_is_built_once_then_found(tmp_path):
     with LocalCluster(2, [snap] * 2, tmp_path / "warm", env=env, jit_s=1).start():
         pass
     assert {p: p.stat().st_mtime_ns for p in built} == stamps  # found, not built again
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("enp1s0f1np1", True),
+        ("enp1s0", True),
+        ("=enp1s0", False),
+        ("=enP7s7,enp1s0f1np1", True),
+        ("^lo", True),
+        ("^enp,enP,lo", False),
+        ("eth", False),
+    ],
+)
+def test_nccl_socket_ifname_is_read_as_nccl_reads_it(tmp_path, value, ok):
+    from sparkfleet_lab.engine.tensorfold import serve
+
+    for name in ("lo", "enP7s7", "enp1s0f1np1"):
+        (tmp_path / name).mkdir()
+    env = {"NCCL_SOCKET_IFNAME": value}
+    if ok:
+        serve.nccl_interfaces(env, tmp_path)
+    else:
+        with pytest.raises(RuntimeError, match="NCCL error 5: invalid usage"):
+            serve.nccl_interfaces(env, tmp_path)
+
+
+def test_a_rank_whose_nccl_finds_no_interface_fails_and_rank_0_with_it(tmp_path):
+    snap = make_snapshot(tmp_path / "snap")
+    with LocalCluster(2, [snap] * 2, tmp_path / "run") as cluster:
+        cluster.start_rank(1, env={"NCCL_SOCKET_IFNAME": "enp9s9f9np9"})
+        cluster.start_rank(0)
+        for r in (0, 1):
+            assert cluster.ranks[r].proc.wait(timeout=30) == 1
+        assert "NCCL WARN Bootstrap : no socket interface found" in cluster.ranks[1].output()
+        assert "RuntimeError: NCCL error 5" in cluster.ranks[1].output()
+        assert "rank 1 (127.0.0.1) failed while loading" in cluster.ranks[0].output()

@@ -69,6 +69,30 @@ def generation_sampling(model_dir: Path, args) -> dict[str, float]:
     return out
 
 
+def nccl_interfaces(environ=os.environ, sys_net: Path = Path("/sys/class/net")) -> None:
+    """NCCL's bootstrap finds no interface NCCL_SOCKET_IFNAME names: its init fails (a traceback, exit 1).
+
+    NCCL reads the variable as a comma-separated list of name prefixes, `=` before the list for exact
+    names, `^` for names to leave out."""
+    raw = environ.get("NCCL_SOCKET_IFNAME", "").strip()
+    if not raw:
+        return
+    exclude, exact = raw.startswith("^"), False
+    spec = raw[1:] if exclude else raw
+    if spec.startswith("="):
+        exact, spec = True, spec[1:]
+    wanted = [w for w in spec.split(",") if w]
+    names = sorted(p.name for p in sys_net.iterdir()) if sys_net.is_dir() else []
+
+    def hit(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    found = [n for n in names if hit(n) != exclude and (not exclude or n != "lo")]
+    if not found:
+        log(f"NCCL WARN Bootstrap : no socket interface found (NCCL_SOCKET_IFNAME={raw})")
+        raise RuntimeError("NCCL error 5: invalid usage (run with NCCL_DEBUG=WARN for details)")
+
+
 def name_priority(args, ids: list[str]) -> frozenset[str]:
     out = set()
     for item in getattr(args, "name_priority", None) or []:
@@ -181,6 +205,7 @@ def _serve_cuda(args, v: versions.Version, *, model_dir: Path, config: dict, win
         )
         agreed = worker.join(hello, rank.stop)
         agreed["table"] = {int(r): s for r, s in agreed["table"].items()}
+        nccl_interfaces()
         kept = _agree_and_load(rank, agreed)
         worker.loaded(rank.stop)
         log(f"[tensorfold] rank {args.rank} ready in {time.perf_counter() - started:.1f}s, following rank 0")
@@ -200,6 +225,7 @@ def _serve_cuda(args, v: versions.Version, *, model_dir: Path, config: dict, win
             "disk": sorted(common),
         }
         coordinator.broadcast({"op": "settings", **agreed})
+        nccl_interfaces()
         kept = _agree_and_load(rank, agreed)
         coordinator.barrier("loading", rank.stop)
         return _serve_http(rank, kept, coordinator)
