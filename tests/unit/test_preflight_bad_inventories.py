@@ -63,7 +63,8 @@ def good(topology: str = "tp2") -> dict:
                 "hf_client": {"huggingface_hub": "2.4.0"},
             }
         },
-        "other": {},
+        # the sample TP3 inventory names its release manifest (rank files are checked against it)
+        "other": {"model_weights_release_manifest": "SHA256SUMS"} if topology == "tp3" else {},
     }
 
 
