@@ -247,7 +247,8 @@ def test_a_settings_change_restarts_in_order_and_back(lab, play, started):
 @pytest.mark.destructive
 def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
     pins = lab.state["pins"]
-    new = engine_repo.add_commit(lab.state_dir / "hub" / "git", note="lab test: pin change")
+    version = engine_repo.VERSION_BY_TOPOLOGY[lab.topology]  # the engine version the lab pinned
+    new = engine_repo.add_commit(lab.state_dir / "hub" / "git", note="lab test: pin change", version=version)
     moved = {**pins, "engine": {**pins["engine"], "commit": new}}
     built = run(play, "playbooks/engine.yml", sparkfleet_pins=moved)
     assert built.exit_code == 0, failure_text(built)

@@ -171,3 +171,36 @@ def test_a_good_key_file_passes_and_the_open_server_warning(env, tmp_path):
     )
     assert warn not in run(env, "0.6.6", *WORKER, "--host", "localhost").stdout
     assert warn not in run(env, "0.6.4", *WORKER, "--host", anywhere).stdout  # 0.6.4 has no keys at all
+
+
+# ---- precheck: the same checks for a rendered command line (no process, no files) ------------------
+
+
+def test_precheck_parses_and_refuses_as_a_start_does():
+    from sparkfleet_lab.engine.tensorfold import serve
+
+    base = [
+        "serve",
+        "/snap/abc",
+        "--tp",
+        "2",
+        "--rank",
+        "1",
+        "--master",
+        "10.12.1.1",
+        "--master-port",
+        "29551",
+    ]
+    args = serve.precheck([*base, "--name", "m", "--context", "65538", "--no-thinking"], "0.6.6")
+    assert (args.tp, args.rank, args.context, args.thinking) == (2, 1, 65538, False)
+    with pytest.raises(SystemExit) as exc:
+        serve.precheck([*base, "--served-model-name", "m"], "0.6.6")
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        serve.precheck([*base, "--api-key-file", "/k"], "0.6.4")
+    with pytest.raises(ValueError, match="exactly 3 GPUs"):
+        serve.precheck(base, "tp3-recipe")
+    with pytest.raises(ValueError, match="--mtp-drafts 9"):
+        serve.precheck([*base, "--mtp-drafts", "9"], "0.6.6")
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        serve.precheck(base, "0.6.6", config={"model_type": "llama"})

@@ -6,8 +6,9 @@ and _serve_cuda, families/deepseek_v41 cuda_engine and engine.py), each step the
  3. `[tensorfold] loading <name>: DeepSeek-V4.1-Flash (deepseek_v41) on CUDA, rank R of N`.
  4. The rendezvous at --master:--master-port (cluster.py); then the admission line
     `[tensorfold] CUDA rank R startup estimate ...`; then the ranks compare their settings.
- 5. The weights read, the kernels built or found in TORCH_EXTENSIONS_DIR, the lab's load time spent:
-    `[tensorfold] rank R of N: L layers and DSpark, G GiB of weights in S s`; every rank waits for all.
+ 5. The weights read and the lab's load time spent: `[tensorfold] rank R of N: L layers and DSpark,
+    G GiB of weights in S s`; then the kernels, built or found in TORCH_EXTENSIONS_DIR (the warm-up);
+    every rank waits for all.
  6. Rank R > 0: `[tensorfold] rank R ready in S s, following rank 0`, then follows rank 0.
     Rank 0: its port opens, `[tensorfold] serving <name> at http://H:P/v1 on CUDA, rank 0 of N (...)`.
 SPARKFLEET_LAB_ENGINE_LOAD_S (the lab's knob, default 3) is the time step 5 takes at least, so the port
@@ -103,6 +104,37 @@ def name_priority(args, ids: list[str]) -> frozenset[str]:
             )
         out.add(model_id)
     return frozenset(out)
+
+
+def precheck(argv: list[str], version: str, config: dict | None = None):
+    """A `tensorfold ...` command line (without the program name) through every check of engine `version`
+    that needs no peer and no files: the parser (SystemExit 2 with argparse's message), then the family's
+    refusals (ValueError, or SystemExit with the message for a junk --parallel). `config` stands for the
+    model's config.json (default: a deepseek_v41 EXL3 checkpoint with the native 1,048,576-token window).
+    For tests that render the roles' argv; -> the parsed arguments."""
+    from . import cli_args
+
+    v = versions.get(version)
+    args = cli_args.build_parser(version).parse_args(argv)
+    if args.command != "serve":
+        raise ValueError(f"{args.command}: not a serve command line")
+    config = config or {
+        "model_type": family.MODEL_TYPE,
+        "max_position_embeddings": 1 << 20,
+        "quantization_config": {"quant_method": "exl3"},
+    }
+    family.check_config(config)
+    family.check_options(args, v)
+    native = family.native_context(config)
+    context = native if args.context is None else int(args.context)
+    if context < 0 or (native and context > native):
+        raise ValueError(f"--context {context}: 0 to this model's {native}-token window")
+    family.check_ranks(args, v)
+    family.engine_policy(args, v, family.parallel(args.parallel))
+    ids = [args.name or Path(args.model).name, *[a.strip() for a in args.alias if a.strip()]]
+    if v.name_priority:
+        name_priority(args, ids)
+    return args  # the key file's rules need the file itself: cmd_serve checks them
 
 
 def cmd_serve(args) -> int:
@@ -270,7 +302,6 @@ def _agree_and_load(rank: Rank, agreed: dict) -> prompt_cache.Kept:
     kept = prompt_cache.Kept(cache_bytes, entries, rank.disk)
     t0 = time.perf_counter()
     snap = weights.load(rank.model_dir)
-    kernels.ensure(rank.stop)
     left = load_seconds() - (time.perf_counter() - t0)
     if left > 0 and rank.stop.wait(left):
         raise KeyboardInterrupt
@@ -279,6 +310,7 @@ def _agree_and_load(rank: Rank, agreed: dict) -> prompt_cache.Kept:
         f"[tensorfold] rank {args.rank} of {args.tp}: {rank.layers} layers{drafts}, "
         f"{snap.total_bytes / GIB / args.tp:.2f} GiB of weights in {time.perf_counter() - t0:.1f} s"
     )
+    kernels.ensure(rank.stop)  # the warm-up's first kernel calls: built now when the cache is empty
     return kept
 
 
