@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.sparkfleet.cluster.plugins.filter import engine as spec_mod
-from sparkfleet_lab.engine.tensorfold import cli_args
+from sparkfleet_lab.engine.tensorfold import cli_args, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = yaml.safe_load((ROOT / "roles/engine_service/vars/main.yml").read_text())[
@@ -107,9 +107,10 @@ def render(tmp_path: Path, inventory: str, **extra) -> dict[str, dict]:
 
 
 def parse(profile: dict, command: list[str]):
-    """The engine double's parser of the profile's engine version, on `tensorfold serve ...`."""
+    """`tensorfold serve ...` through the engine double's parser of the profile's engine version and the
+    family's own refusals (serve.precheck): what the real engine checks before it loads anything."""
     assert command[:2] == ["tensorfold", "serve"]
-    return cli_args.build_parser(profile["engine_version"]).parse_args(command[1:])
+    return serve.precheck(command[1:], profile["engine_version"])
 
 
 CASES = [  # (sample inventory, profile): every built-in profile, with the sample inventory of its TP size
@@ -217,11 +218,11 @@ def test_tp3_sample_inventory_keeps_the_recipe_cards_words(rendered):
     assert worker.spill_gib == 0.0 and worker.api_key_file is None  # the spill tier and the key are rank 0's
 
 
-def test_the_064_engine_gets_no_key_flag_and_takes_no_key(rendered, tmp_path):
-    head, profile = rendered[("tp2", "dsv41-fork-0.6.4")]["spark1"]
+def test_the_064_engine_gets_no_key_flag_and_takes_no_key(rendered):
+    head, _profile = rendered[("tp2", "dsv41-fork-0.6.4")]["spark1"]
     assert "--api-key-file" not in head["command"]
     with pytest.raises(SystemExit):  # the 0.6.4 parser has no --api-key-file: argparse exits 2
-        parse(profile, [*head["command"], "--api-key-file", "/k"])
+        cli_args.build_parser("0.6.4").parse_args([*head["command"][1:], "--api-key-file", "/k"])
 
 
 # ---- the filter without Ansible -------------------------------------------------------------------

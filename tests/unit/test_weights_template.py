@@ -71,7 +71,9 @@ def test_a_different_template_is_a_clear_error(tmp_path):
         run(tmp_path, CHAT_TEMPLATE.replace("else true", "else maybe"))
     # it names the text the fix looks for, so the admin can see what the pinned template lacks
     assert "the template does not contain the text it fixes: " in str(err.value)
-    assert "'{%- set thinking = enable_thinking if enable_thinking is defined else true -%}'" in str(err.value)
+    assert "'{%- set thinking = enable_thinking if enable_thinking is defined else true -%}'" in str(
+        err.value
+    )
     assert not (tmp_path / "out").exists()
 
 
