@@ -284,6 +284,9 @@ class Rank0:
             active, journal = unit_state(self.unit)
             if active in ("failed", "inactive") and waited_s > 5:
                 return f"rank 0's unit {self.unit} is {active}; its journal:\n{journal}"
+            if active in ("active", "activating") and state["state"] == "down":
+                state["state"] = "starting"
+                state["detail"] = f"rank 0's unit {self.unit} runs; docker is creating its container"
         if state["state"] == "down" and info is not None:
             log = self.log(True)
             state["log"] = log
