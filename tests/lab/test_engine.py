@@ -258,7 +258,7 @@ def test_status_says_loading_while_the_port_is_closed(lab, play, started):
     assert waited.exit_code == 2  # not ready in 5 s: it says what it waits for
     text = failure_text(waited)
     assert "the engine is not ready: loading, 0 min of the ~15 the first start takes" in text or (
-        "the engine is not ready: starting: rank 0's unit sparkfleet-engine.service runs" in text
+        "the engine is not ready: rank 0's unit sparkfleet-engine.service runs; docker is creating" in text
     ), text
 
     def loading():
