@@ -52,7 +52,9 @@ ENGINE_BASE_STEPS = "pip-into-system-python"
 
 def base_tag(packages_file: str = "packages.txt", variant: str = "minbase", steps: str = "") -> str:
     h = hashlib.sha256()
-    h.update(f"{BUILDER_VERSION}|{SUITE}|{MIRROR}|{variant}|{steps}|".encode())
+    h.update(f"{BUILDER_VERSION}|{SUITE}|{MIRROR}|{variant}|".encode())
+    if steps:  # only the images that have extra steps: the others keep their tags
+        h.update(f"steps={steps}|".encode())
     h.update(" ".join(_packages(packages_file)).encode())
     return h.hexdigest()[:12]
 

@@ -452,7 +452,9 @@ def _rounds(tokens: int, drafts: int, sha: str) -> tuple[int, int, int]:
         drafted += drafts
         accepted += kept
         left -= 1 + kept
-    return max(rounds, 1), drafted, accepted
+    if rounds == 0:  # the prompt's forward alone: its round still drafted
+        return 1, drafts, 0
+    return rounds, drafted, accepted
 
 
 def usage_of(result: dict) -> dict:
