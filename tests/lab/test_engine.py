@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from sparkfleet_lab import engine as engine_repo
 
 NAME = "sparkfleet-engine"
@@ -354,7 +355,9 @@ def test_a_settings_change_restarts_in_order_and_back(lab, play, started):
 
 @pytest.mark.destructive
 def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
-    pins = lab.state["pins"]
+    # the pins as the lab's inventory sets them (00-lab.yml): an extra-vars override replaces the whole table
+    lab_vars = yaml.safe_load((lab.state_dir / "inventory/group_vars/all/00-lab.yml").read_text())
+    pins = lab_vars["sparkfleet_pins"]
     version = engine_repo.VERSION_BY_TOPOLOGY[lab.topology]  # the engine version the lab pinned
     new = engine_repo.add_commit(lab.state_dir / "hub" / "git", note="lab test: pin change", version=version)
     moved = {**pins, "engine": {**pins["engine"], "commit": new}}
