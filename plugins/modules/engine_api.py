@@ -6,18 +6,22 @@ DOCUMENTATION = r"""
 module: engine_api
 short_description: Probe, wait for, or verify the engine's OpenAI-compatible API with real requests
 description:
-  - C(probe) reads C(/health) and C(/v1/models) once. Ready means C(/health) answers 200 with C({"ok": true})
+  - >-
+    C(probe) reads C(/health) and C(/v1/models) once. Ready means C(/health) answers 200 with C({"ok": true})
     (C({"status": "ok"}) with API keys on) and C(/v1/models) lists the served model (TensorFold opens its
     port only once the model is loaded, so a closed port while the container runs means C(loading)).
-  - C(wait) probes until the API is ready or I(wait_s) passed; it reports what it waits for in
+  - >-
+    C(wait) probes until the API is ready or I(wait_s) passed; it reports what it waits for in
     C(sparkfleet_progress) (while loading, C(loading, N min of the ~M the first start takes) and rank 0's
     latest log line) and fails at once (C(fatal)) when rank 0's container stopped, with the engine's own
     message from its log. Use it in an C(until) loop for long waits with progress.
-  - C(verify) sends real requests and times each one; I(checks) are the engine profile's - C(models),
+  - >-
+    C(verify) sends real requests and times each one; I(checks) are the engine profile's - C(models),
     C(auth) (a request without the key gets the engine's 401), C(chat) (17x19 = 323, thinking off),
     C(stream), C(tool) and C(json_schema) (a forced tool call and a JSON-schema output, checked against
     their schemas), C(tool_refused) and C(json_schema_refused) (an engine that refuses them answers 400).
-  - The API key is read from I(api_key_file) on the node and never returned.
+  - >-
+    The API key is read from I(api_key_file) on the node and never returned.
 options:
   action: {type: str, choices: [probe, wait, verify], default: probe, description: What to do.}
   url: {type: str, required: true, description: "Base URL of the API, e.g. http://127.0.0.1:8888 (no /v1)."}

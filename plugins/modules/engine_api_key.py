@@ -6,12 +6,15 @@ DOCUMENTATION = r"""
 module: engine_api_key
 short_description: Generate the engine's API key once and keep it (and an optional credentials file) at 0600
 description:
-  - The key file holds accepted bearer keys, one C(label: key) per line (TensorFold's --api-key-file, which
+  - >-
+    The key file holds accepted bearer keys, one C(label: key) per line (TensorFold's --api-key-file, which
     refuses a file group or others can read). When it holds no key, one is generated with the C(secrets)
     module on this node and written as C(I(label): <key>); an existing key is never replaced.
-  - Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
+  - >-
+    Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
     C(~/ds1017/api/credentials.env) with C(SPARK_API_KEY)), mode 0600, in a 0700 directory.
-  - The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
+  - >-
+    The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
 options:
   path: {type: path, required: true, description: The key file.}
   owner: {type: str, default: root, description: Owner of the key file.}
