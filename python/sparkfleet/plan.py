@@ -120,7 +120,7 @@ def _role(plan: dict[str, Any], host: str) -> str:
 def render_text(plan: dict[str, Any]) -> str:
     lines = [
         f"{plan['topology'].upper()} cluster: {plan['size']} Sparks, head {plan['head']} (rank 0); "
-        f"MASTER_ADDR {plan['master_addr']} (management)",
+        f"MASTER_ADDR {plan['master_addr']} ({_master_where(plan)})",
         "",
     ]
     rows = [["NODE", "SPARK", "RANK", "ROLE", "MANAGEMENT"]]
@@ -222,7 +222,7 @@ def render_svg(plan: dict[str, Any]) -> str:
             width / 2,
             26,
             f"{plan['topology'].upper()}: {n} DGX Sparks, head {plan['head']} (rank 0), "
-            f"MASTER_ADDR {plan['master_addr']} (management)",
+            f"MASTER_ADDR {plan['master_addr']} ({_master_where(plan)})",
             15,
             weight="bold",
         ),
@@ -277,3 +277,11 @@ RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
     "mermaid": render_mermaid,
     "svg": render_svg,
 }
+
+
+def _master_where(plan: dict) -> str:
+    """Where the ranks meet: on the cable (TP2, as the real TP2 runs) or the management network (TP3)."""
+    for rails in (plan.get("interfaces") or {}).values():
+        if any(r.get("address") == plan.get("master_addr") for r in rails):
+            return "rank 0's fabric address"
+    return "management"

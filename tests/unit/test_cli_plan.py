@@ -99,7 +99,8 @@ def test_layered_inventory_addresses_and_cli(tmp_path: Path, capsys: pytest.Capt
     (mine / "hosts.yml").write_text(hosts)
     assert cli.main(["plan", "-i", "inventory/tp2", "-i", str(mine), "--project-dir", str(REPO)]) == 0
     out = capsys.readouterr().out
-    assert "MASTER_ADDR 198.51.100.11 (management)" in out
+    # TP2's ranks meet on the cable (rank 0's fabric address), the management addresses are SSH's
+    assert "MASTER_ADDR 10.12.1.1 (rank 0's fabric address)" in out
     assert "spark2  2      1     worker  198.51.100.12" in out
     svg = tmp_path / "plan.svg"
     assert cli.main(["plan", "-i", "inventory/tp2", "--format", "svg", "-o", str(svg)]) == 0
@@ -138,4 +139,4 @@ def test_vault_encrypted_group_vars(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "vault" in capsys.readouterr().err.lower()
     assert cli.main(["plan", "-i", str(inv), "--vault-password-file", str(pw)]) == 0
     out = capsys.readouterr().out
-    assert "MASTER_ADDR 192.0.2.1" in out and "hf_NotPrintedAnywhere" not in out
+    assert "s1    1      0     head    192.0.2.1" in out and "hf_NotPrintedAnywhere" not in out
