@@ -250,7 +250,8 @@ def test_break_lock_stops_the_holder_and_takes_the_lock(
         lock=LockRequest(verb="stop", break_lock=True),
         notify=notes.append,
     )
-    assert result.ok and result.lock.outcome == "broken"
+    assert result.ok, result.failures
+    assert result.lock.outcome == "broken", result.lock
     assert result.lock.holder["run_id"] == held["run_id"]
     who = lockmod.describe_holder(held).split(", since")[0]
     assert len(notes) == 1 and notes[0].startswith(
@@ -260,6 +261,7 @@ def test_break_lock_stops_the_holder_and_takes_the_lock(
     # went on without it (it does not fight over a lock that was broken).
     first_result = first.finish()
     assert first_result.ok
+    assert len(first_result.lock.notes) == 2, first_result.lock.notes
     lost, now = first_result.lock.notes
     assert lost.startswith("lost the cluster lock on local1 (stopped by signal 15)")
     assert now.startswith("now held by ") and "`sparkfleet stop`" in now

@@ -358,6 +358,8 @@ class ClusterLock:
                 continue
             if holder is not None:
                 holder.wait(1)
+                for reader in holder._readers:  # its last words ("gone", and why) are read
+                    reader.join(timeout=2)
                 why = _gone_why(holder) or "the connection to the head closed"
                 self._holder = None
                 self._note(f"lost the cluster lock on {self.conn.name} ({why}); taking it again")
