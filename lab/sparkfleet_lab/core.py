@@ -356,7 +356,11 @@ class Lab:
         pins.update(models.generate(hub, self.topology, size_mb))
         wheels.prepare(hub)
         eng = engine.make_repo(hub / "git")
-        pins["engine"] = {"repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}", "commit": eng["commit"]}
+        version = engine.VERSION_BY_TOPOLOGY[self.topology]  # the engine version the topology's profile runs
+        pins["engine"] = {
+            "repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}",
+            "commit": eng["commits"][version],
+        }
         return pins
 
     def _ensure_hub(self, images: image.Images) -> None:

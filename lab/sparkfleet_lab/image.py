@@ -3,8 +3,10 @@
 No image registry is reachable from this machine, so every image the lab runs is made here:
 - `sparkfleet-lab/base:<tag>`: Debian trixie from debootstrap with the node packages;
 - `sparkfleet-lab/node:<tag>`: the base plus the lab's stand-ins (simulators, shims, units);
-- `sparkfleet-lab/engine-base:<tag>`: trixie minbase + python3, the stand-in engine's base image
-  (the lab pushes it to its hub registry so that engine_image pulls it by digest).
+- `sparkfleet-lab/engine-base:<tag>`: trixie minbase + python3, pip, setuptools and git, the engine double's
+  base image (the lab pushes it to its hub registry so that engine_image pulls it by digest). Like the
+  real base (NGC PyTorch) it lets pip install into its Python: Debian's EXTERNALLY-MANAGED marker is
+  removed.
 A tag is a hash of everything that goes into the image, so an unchanged input reuses the image
 and a changed one (a package, an overlay file, a simulator) builds a new one.
 """
@@ -44,9 +46,15 @@ def _hash_tree(h: hashlib._Hash, root: Path) -> None:
         h.update(path.read_bytes() + b"\0")
 
 
-def base_tag(packages_file: str = "packages.txt", variant: str = "minbase") -> str:
+# the engine base's Python takes pip installs, as NGC PyTorch's does (the recipes pip-install the engine)
+ENGINE_BASE_STEPS = "pip-into-system-python"
+
+
+def base_tag(packages_file: str = "packages.txt", variant: str = "minbase", steps: str = "") -> str:
     h = hashlib.sha256()
     h.update(f"{BUILDER_VERSION}|{SUITE}|{MIRROR}|{variant}|".encode())
+    if steps:  # only the images that have extra steps: the others keep their tags
+        h.update(f"steps={steps}|".encode())
     h.update(" ".join(_packages(packages_file)).encode())
     return h.hexdigest()[:12]
 
@@ -87,7 +95,7 @@ def _run_logged(cmd: list[str], log: Path, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {rc}); log {log}:\n{tail}")
 
 
-def _debootstrap_import(ref: str, packages_file: str, variant: str) -> None:
+def _debootstrap_import(ref: str, packages_file: str, variant: str, pip_into_system: bool = False) -> None:
     if os.geteuid() != 0:
         raise RuntimeError("building the lab image needs root (debootstrap); run as root or via sudo")
     if shutil.which("debootstrap") is None:
@@ -111,6 +119,9 @@ def _debootstrap_import(ref: str, packages_file: str, variant: str) -> None:
         if dbus_id.exists() or dbus_id.is_symlink():
             dbus_id.unlink()
         subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=True, capture_output=True)
+        if pip_into_system:
+            for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+                marker.unlink()
         shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
         (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
         _log(f"docker import {ref}")
@@ -133,9 +144,9 @@ def ensure_base() -> str:
 
 
 def ensure_engine_base() -> str:
-    ref = f"sparkfleet-lab/engine-base:{base_tag('engine-base-packages.txt')}"
+    ref = f"sparkfleet-lab/engine-base:{base_tag('engine-base-packages.txt', steps=ENGINE_BASE_STEPS)}"
     if not d.image_exists(ref):
-        _debootstrap_import(ref, "engine-base-packages.txt", "minbase")
+        _debootstrap_import(ref, "engine-base-packages.txt", "minbase", pip_into_system=True)
     return ref
 
 

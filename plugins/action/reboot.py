@@ -26,6 +26,20 @@ def _duration(seconds: float) -> str:
 
 
 class ActionModule(RebootAction):
+    # ansible.builtin.reboot's own arguments, unchanged (plugins/modules/reboot.py documents them)
+    _VALID_ARGS = frozenset(
+        (
+            "boot_time_command",
+            "connect_timeout",
+            "msg",
+            "post_reboot_delay",
+            "pre_reboot_delay",
+            "reboot_command",
+            "reboot_timeout",
+            "search_paths",
+            "test_command",
+        )
+    )
     _started = 0.0
 
     def run(self, tmp=None, task_vars=None):

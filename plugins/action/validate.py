@@ -316,11 +316,14 @@ class ActionModule(ActionBase):
             return self._loader.load_from_file(str(f), trusted_as_template=True) if f.exists() else None
 
         args: dict = {}
+        task_vars: dict = {}
         for task in load("tasks/validate.yml") or []:
             for key in ("sparkfleet.cluster.validate", "validate"):
                 if isinstance(task, dict) and key in task:
                     args = dict(task[key] or {})
-        return options, dict(load("defaults/main.yml") or {}), dict(load("vars/main.yml") or {}), args, path
+                    task_vars = dict(task.get("vars") or {})  # the task's own vars, as when it runs
+        role_vars = {**dict(load("vars/main.yml") or {}), **task_vars}
+        return options, dict(load("defaults/main.yml") or {}), role_vars, args, path
 
     def _check_roles(self, names: list, task_vars: dict) -> tuple[list[dict], list[dict], dict]:
         """Preflight: every role's validation for this node in one task, each role with its own defaults

@@ -1,11 +1,17 @@
-"""The engine described as data: from settings + the cluster plan to one rank's container.
+"""The engine as data: from an engine profile, the settings and the cluster plan to one rank's container.
 
-`sparkfleet_engine_spec(settings)` returns, for the host in `settings["host"]`, everything the unit
-runs: the docker run arguments, the engine command, the environment (with the per-rank NCCL env
-from network_links and the fabric addresses from sparkfleet_plan), mounts, labels, what was left
-out because the node lacks the hardware, and a settings digest. The digest covers every input
-that reaches the container (arguments, environment, image ID), so "no change, no restart" is a
-comparison of two strings. Pure functions: unit-tested in tests/unit/test_engine_spec.py.
+An engine profile (role engine_service, vars/main.yml and README "Profiles") says how a rank of one engine
+build is launched: the command, the flags after the positional model directory and which ranks get them,
+the environment, the docker run options, where the weights, the caches and the API key go, the log lines
+that say "loading", "serving", "following rank 0" or "failed", and what verify may send.
+
+`engine_spec(settings)` returns, for the host in `settings["host"]`, everything its unit runs: the docker
+run arguments, the engine command, the environment (the profile's, the settings' variables, the rank's
+NCCL environment from network_links), mounts, labels, what was left out because the node lacks the
+hardware, and a settings digest. The digest covers every input that reaches the container (arguments,
+environment, image ID), so "no change, no restart" is a comparison of two strings.
+`profile_problems` checks a profile's shape and `setting_problems` what the chosen engine cannot take
+(preflight layer 1). Pure functions: unit-tested in tests/unit/test_engine_spec.py.
 """
 
 from __future__ import annotations
@@ -13,17 +19,68 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 
 LABEL_PREFIX = "io.sparkfleet.engine"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 SETTINGS_LABEL = f"{LABEL_PREFIX}.settings"
 RANK_LABEL = f"{LABEL_PREFIX}.rank"
+PROFILE_LABEL = f"{LABEL_PREFIX}.profile"
+COMMIT_LABEL = f"{LABEL_PREFIX}.commit"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-# Never into the engine's environment: the engine runs offline and needs no hub credentials.
+# Never into the engine's environment: the engine runs offline and needs no hub credentials, and an API key
+# in the environment (TENSORFOLD_API_KEY) would show in `docker inspect`; the key goes in as a file.
 FORBIDDEN_ENV = re.compile(
     r"^(HF_TOKEN|HUGGING_FACE_HUB_TOKEN|HF_HUB_TOKEN|.*API_KEY|.*SECRET.*|.*PASSWORD.*)$"
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+# The engine settings a profile maps onto flags (args) or variables (env_settings); README "Profiles".
+SETTINGS = (
+    "tp", "rank", "master", "master_port", "name", "context", "parallel", "mtp_drafts", "mtp_confidence",
+    "decode_share", "temperature", "top_p", "top_k", "thinking", "reasoning_effort", "host", "port",
+    "max_tokens", "api_key_file", "kv_pool_tokens", "prompt_cache_gib", "prompt_cache_entries",
+)  # fmt: skip
+# The variable an admin sets for each setting (for messages).
+SETTING_VARS = {
+    "master_port": "engine_service_master_port",
+    "name": "engine_service_served_model_name",
+    "context": "engine_service_context",
+    "parallel": "engine_service_parallel",
+    "mtp_drafts": "engine_service_mtp_drafts",
+    "mtp_confidence": "engine_service_mtp_confidence",
+    "decode_share": "engine_service_decode_share",
+    "temperature": "engine_service_sampling.temperature",
+    "top_p": "engine_service_sampling.top_p",
+    "top_k": "engine_service_sampling.top_k",
+    "thinking": "engine_service_thinking.enabled",
+    "reasoning_effort": "engine_service_thinking.effort",
+    "host": "engine_service_host",
+    "port": "engine_service_port",
+    "max_tokens": "engine_service_max_tokens",
+    "api_key_file": "engine_service_api_key_required",
+    "kv_pool_tokens": "engine_service_kv_pool_tokens",
+    "prompt_cache_gib": "engine_service_prompt_cache.gib",
+    "prompt_cache_entries": "engine_service_prompt_cache.entries",
+}
+PROFILE_KEYS = {
+    "engine_version": str,
+    "tp_sizes": list,
+    "api_keys": bool,
+    "command": list,
+    "args": list,
+    "env": dict,
+    "env_settings": dict,
+    "kernel_cache": dict,
+    "weights": dict,
+    "docker": dict,
+    "ready": dict,
+    "verify": list,
+    "settings": dict,
+}
+VERIFY_CHECKS = ("models", "auth", "chat", "stream", "tool", "json_schema", "tool_refused")
+VERIFY_CHECKS += ("json_schema_refused",)
+ENGINE_VERSIONS = ("0.6.4", "0.6.6", "tp3-recipe")
 
 
 try:  # inside Ansible, a clear "this setting is wrong" error instead of a traceback
@@ -36,65 +93,260 @@ class SpecError(_Base):
     pass
 
 
-def _require(settings: dict, *keys: str) -> None:
+def _require(settings: Mapping, *keys: str) -> None:
     missing = [k for k in keys if settings.get(k) in (None, "")]
     if missing:
         raise SpecError(f"engine spec: missing {', '.join(missing)}")
 
 
-def fabric_peers(plan: dict, host: str, port: int) -> dict:
-    """SPARKFLEET_FABRIC for `host`: per peer rank, this host's and the peer's address on their cable.
-
-    Rank 0 talks to every worker; a worker only to rank 0. Rail 1 of the direct cable is used.
-    """
-    ranks = plan["ranks"]
-    head = plan["head"]
-    peers = [h for h in plan["hosts_by_rank"] if h != host] if host == head else [head]
-    out = {}
-    for peer in peers:
-        links = [i for i in plan.get("interfaces", {}).get(host, []) if i.get("peer_host") == peer]
-        if not links:
-            raise SpecError(
-                f"sparkfleet_plan.interfaces has no fabric link between {host} and {peer}: "
-                "the data plane needs a direct cable between rank 0 and every worker"
-            )
-        link = min(links, key=lambda i: int(i.get("rail", 1)))
-        out[str(ranks[peer])] = {"local": link["address"], "peer": link["peer_address"]}
-    return {"port": int(port), "peers": out}
+# ---- profiles -------------------------------------------------------------------------------------
 
 
-def _flag_args(values: dict) -> list[str]:
-    """{"--max-num-seqs": 4, "--x": None} -> ["--max-num-seqs", "4"]; None and "" are left out."""
-    out: list[str] = []
-    for flag, value in values.items():
-        if value is None or value == "":
-            continue
-        text = ("on" if value else "off") if isinstance(value, bool) else str(value)
-        out += [str(flag), text]
+def _shape(where: str, p: Mapping) -> list[str]:
+    missing = [key for key in PROFILE_KEYS if key not in p]
+    if missing:
+        return [
+            f"{where} lacks {', '.join(missing)}: a profile has every key a built-in one has (README "
+            "'Profiles'); to change a built-in profile, set only the keys to change under its name"
+        ]
+    out = [
+        f"{where}.{key}={p.get(key)!r}: expected a {kind.__name__} (README 'Profiles')"
+        for key, kind in PROFILE_KEYS.items()
+        if not isinstance(p.get(key), kind)
+    ]
+    if out:
+        return out
+    if str(p["engine_version"]) not in ENGINE_VERSIONS:
+        out.append(
+            f"{where}.engine_version={p['engine_version']!r}: expected one of "
+            f"{', '.join(ENGINE_VERSIONS)} (the engine's serve parser)"
+        )
+    sizes = p["tp_sizes"]
+    if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in sizes):
+        out.append(f"{where}.tp_sizes={sizes!r}: expected whole numbers, e.g. [2]")
+    if not p["command"] or not all(isinstance(c, str) and c for c in p["command"]):
+        out.append(
+            f"{where}.command={p['command']!r}: expected the engine's command, e.g. [tensorfold, serve]"
+        )
+    unknown = [c for c in p["verify"] if c not in VERIFY_CHECKS]
+    if unknown:
+        out.append(f"{where}.verify has unknown checks {unknown}: known are {', '.join(VERIFY_CHECKS)}")
     return out
 
 
-def _env(settings: dict, plan: dict) -> dict[str, str]:
+def _arg_problem(what: str, arg: object) -> str | None:
+    if not isinstance(arg, Mapping) or not FLAG.match(str(arg.get("flag", ""))):
+        return f"{what}: expected {{flag: --name[, setting: S][, off_flag: --no-name][, ranks: all|head]}}"
+    if arg.get("setting") is not None and arg["setting"] not in SETTINGS:
+        return f"{what}: setting {arg['setting']!r} is not one of {', '.join(SETTINGS)}"
+    if arg.get("ranks", "all") not in ("all", "head"):
+        return f"{what}: ranks must be all or head"
+    if arg.get("off_flag") is not None and not FLAG.match(str(arg["off_flag"])):
+        return f"{what}: off_flag must be a flag"
+    return None
+
+
+def _ready_problems(where: str, ready: Mapping) -> list[str]:
+    out = [
+        f"{where}.ready.{key} is not set: the log line (a regular expression)"
+        for key in ("serving", "following", "loading")
+        if not ready.get(key)
+    ]
+    for key in ("loading", "serving", "following", "progress", "fatal"):
+        for pattern in ready.get(key) if isinstance(ready.get(key), list) else [ready.get(key) or ""]:
+            try:
+                re.compile(str(pattern))
+            except re.error as exc:
+                out.append(f"{where}.ready.{key}: {pattern!r} is not a regular expression ({exc})")
+    return out
+
+
+def profile_problems(profiles: Mapping, name: str) -> list[str]:
+    """What is wrong with profile `name` of `profiles` (the built-ins merged with engine_service_profiles),
+    each naming the variable to fix; [] when it can be used."""
+    if not name or name not in profiles:
+        return [
+            f"engine_service_profile={name!r} is not a profile: the built-in ones and those of "
+            f"engine_service_profiles are {', '.join(sorted(profiles))}"
+        ]
+    where = f"engine_service_profiles.{name}"
+    p = profiles[name]
+    if not isinstance(p, Mapping):
+        return [f"{where} is {type(p).__name__}: expected a mapping (README 'Profiles')"]
+    out = _shape(where, p)
+    if out:
+        return out
+    out += [m for i, a in enumerate(p["args"]) if (m := _arg_problem(f"{where}.args[{i}]={a!r}", a))]
+    out += [
+        f"{where}.env_settings: {setting}: {var} is not a setting and a variable name"
+        for setting, var in p["env_settings"].items()
+        if setting not in SETTINGS or not ENV_NAME.match(str(var))
+    ]
+    return out + _ready_problems(where, p["ready"])
+
+
+def profile_serves(profiles: Mapping, tp: int) -> list[str]:
+    """Every profile that serves TP `tp`, with the engine pin it needs: what a refusal names as the fix."""
+    out = []
+    for name, p in sorted(profiles.items()):
+        if not isinstance(p, Mapping) or int(tp) not in (p.get("tp_sizes") or []):
+            continue
+        if p.get("engine_repo"):
+            commits = " or ".join(p.get("engine_commits") or []) or "the commit you checked it against"
+            out.append(f"{name}, with sparkfleet_pins.engine {p['engine_repo']} at {commits}")
+        else:
+            out.append(
+                f"{name} ({p.get('summary', '')}), with sparkfleet_pins.engine that engine's repository "
+                "and full commit"
+            )
+    return out
+
+
+def _arg(entry: Mapping, values: Mapping, rank: int) -> list[str]:
+    if entry.get("ranks", "all") == "head" and rank != 0:
+        return []
+    flag = str(entry["flag"])
+    value = values.get(entry["setting"]) if entry.get("setting") is not None else True
+    if value is None or value == "":
+        return []
+    if isinstance(value, bool):
+        off = [str(entry["off_flag"])] if entry.get("off_flag") else []
+        return [flag] if value else off
+    items = value if isinstance(value, list) else [value]
+    return [part for item in items for part in (flag, str(item))]
+
+
+def rank_args(profile: Mapping, values: Mapping, rank: int) -> list[str]:
+    """The flags of one rank after the model directory, in the profile's order."""
+    return [part for entry in profile.get("args") or [] for part in _arg(entry, values, rank)]
+
+
+def consumed(profile: Mapping) -> set[str]:
+    """The settings a profile hands to the engine (by flag or by variable)."""
+    used = {a.get("setting") for a in profile.get("args") or [] if isinstance(a, Mapping)}
+    return (used | set((profile.get("env_settings") or {}).keys())) - {None}
+
+
+def setting_problems(profile: Mapping, values: Mapping, name: str) -> list[str]:
+    """Settings with a value that the profile's engine has no flag or variable for (it would be ignored,
+    or the engine would refuse the flag): each names its variable and the fix."""
+    used = consumed(profile)
+    out = []
+    for setting, value in values.items():
+        if setting in used or value is None or value == "" or value is False or value == 0:
+            continue
+        var = SETTING_VARS.get(setting, setting)
+        out.append(
+            f"{var}={value!r}: the engine of profile {name} has no flag or variable for it: leave it unset "
+            "(null) or use a profile whose engine takes it"
+        )
+    return out
+
+
+def owned_flags(profile: Mapping, caches: list | None = None) -> dict[str, str]:
+    """The flags the role passes itself (profile args, off flags, cache and weights flags), who sets each."""
+    out: dict[str, str] = {}
+    for arg in profile.get("args") or []:
+        if not isinstance(arg, Mapping):
+            continue
+        var = SETTING_VARS.get(arg.get("setting") or "", "the engine profile")
+        for key in ("flag", "off_flag"):
+            if arg.get(key):
+                out[str(arg[key])] = var
+    for cache in caches or []:
+        for key in ("dir_arg", "size_arg"):
+            if isinstance(cache, Mapping) and cache.get(key):
+                out[str(cache[key])] = "engine_service_caches"
+    weights = profile.get("weights") or {}
+    for key in ("rank_file_flag", "chat_template_flag"):
+        if weights.get(key):
+            out[str(weights[key])] = "model_weights' record"
+    return out
+
+
+def extra_arg_problems(extra: list | None, profile: Mapping, caches: list | None = None) -> list[str]:
+    """engine_service_extra_args that set a flag the role already passes: argparse keeps the last value and
+    expands unambiguous prefixes (--cont is --context), so such an argument would bypass its variable's checks
+    or make the ranks differ (as the TP2 recipe's run.sh refuses them in EXTRA_ARGS)."""
+    owned = owned_flags(profile, caches)
+    out = []
+    for arg in extra or []:
+        word = str(arg).split("=", 1)[0]
+        if not word.startswith("--") or len(word) < 3:
+            continue
+        hits = sorted(flag for flag in owned if flag.startswith(word))
+        if hits:
+            out.append(
+                f"engine_service_extra_args has {arg} (the engine reads it as {hits[0]}), which sparkfleet "
+                f"passes itself: set {owned[hits[0]]} instead"
+            )
+    return out
+
+
+def _cache_problems(where: str, cache: Mapping) -> list[str]:
+    out = [
+        f"{where}: {key}={cache.get(key)!r} must be an absolute path"
+        for key in ("path", "mount")
+        if not str(cache.get(key, "")).startswith("/")
+    ]
+    if cache.get("nodes", "all") not in ("all", "head"):
+        out.append(f"{where}: nodes={cache.get('nodes')!r} must be all or head")
+    try:
+        size = float(cache.get("size_gib"))
+    except (TypeError, ValueError):
+        size = 0
+    if size <= 0:
+        out.append(f"{where}: size_gib={cache.get('size_gib')!r} must be a number of GiB > 0")
+    if not (cache.get("dir_arg") or cache.get("dir_env")):
+        out.append(f"{where}: set dir_arg (the engine's flag) or dir_env (its variable) for the directory")
+    out += [
+        f"{where}: {key}={cache[key]!r} must be an engine flag (--name)"
+        for key in ("dir_arg", "size_arg")
+        if cache.get(key) and not FLAG.match(str(cache[key]))
+    ]
+    out += [
+        f"{where}: {key}={cache[key]!r} must be a variable name"
+        for key in ("dir_env", "size_env")
+        if cache.get(key) and not ENV_NAME.match(str(cache[key]))
+    ]
+    return out
+
+
+def cache_problems(caches: object) -> list[str]:
+    """engine_service_caches entries: each names what is wrong with it."""
+    if not isinstance(caches, list):
+        return [f"engine_service_caches={caches!r}: expected a list of caches (README 'Caches')"]
+    out = []
+    for i, cache in enumerate(caches):
+        name = cache.get("name") if isinstance(cache, Mapping) else None
+        where = f"engine_service_caches[{i}] ({name or 'no name'})"
+        if not isinstance(cache, Mapping) or not name:
+            out.append(f"{where}: it needs a name")
+            continue
+        out += _cache_problems(where, cache)
+    return out
+
+
+# ---- one rank's container ---------------------------------------------------------------------------
+
+
+def _env(settings: Mapping, profile: Mapping, values: Mapping, cache_env: dict[str, str]) -> dict[str, str]:
     nccl = settings.get("nccl_env")
-    if not isinstance(nccl, dict):
+    if not isinstance(nccl, Mapping):
         raise SpecError(
             f"network_links_nccl_env is not set for {settings['host']}: run `sparkfleet network` "
             "(playbooks/network.yml) so the per-rank NCCL environment is computed"
         )
-    env: dict[str, str] = {
-        "HF_HUB_OFFLINE": "1",
-        "MASTER_ADDR": str(plan["master_addr"]),
-        "MASTER_PORT": str(settings["master_port"]),
-    }
-    for key, value in nccl.items():
-        if key == "MASTER_ADDR" and str(value) != env["MASTER_ADDR"]:
-            raise SpecError(
-                f"network_links_nccl_env MASTER_ADDR={value} differs from the plan's {env['MASTER_ADDR']}"
-            )
-        env[str(key)] = str(value)
-    if int(plan["size"]) > 1:
-        fabric = fabric_peers(plan, settings["host"], settings["data_port"])
-        env["SPARKFLEET_FABRIC"] = json.dumps(fabric, sort_keys=True, separators=(",", ":"))
+    env: dict[str, str] = {str(k): str(v) for k, v in (profile.get("env") or {}).items()}
+    if settings.get("kernel_cache"):
+        kernel_env = (profile.get("kernel_cache") or {}).get("env") or {}
+        env.update({str(k): str(v) for k, v in kernel_env.items()})
+    for setting, var in (profile.get("env_settings") or {}).items():
+        value = values.get(setting)
+        if value is not None and value != "" and not (setting == "kv_pool_tokens" and not value):
+            env[str(var)] = str(value)
+    env.update(cache_env)
+    env.update({str(k): str(v) for k, v in nccl.items()})
     for key, value in (settings.get("extra_env") or {}).items():
         env[str(key)] = str(value)
     for key, value in env.items():
@@ -109,9 +361,18 @@ def _env(settings: dict, plan: dict) -> dict[str, str]:
     return env
 
 
-def _caches(settings: dict, is_head: bool) -> tuple[list[str], list[str], list[dict]]:
+def engine_caches(caches: list, is_head: bool) -> list:
+    """The caches this node holds: nodes=all everywhere, nodes=head on rank 0 only."""
+    return [
+        c for c in caches or [] if c.get("nodes", "all") == "all" or (is_head and c.get("nodes") == "head")
+    ]
+
+
+def _caches(settings: Mapping, is_head: bool) -> tuple[list[str], list[str], dict[str, str], list[dict]]:
+    """(flags, mounts, environment, caches) of the on-disk caches this node holds."""
     args: list[str] = []
     mounts: list[str] = []
+    env: dict[str, str] = {}
     used: list[dict] = []
     for cache in settings.get("caches") or []:
         where = cache.get("nodes", "all")
@@ -119,53 +380,108 @@ def _caches(settings: dict, is_head: bool) -> tuple[list[str], list[str], list[d
             raise SpecError(f"engine cache {cache.get('name')}: nodes must be all or head, not {where!r}")
     for cache in engine_caches(settings.get("caches") or [], is_head):
         mounts += ["--volume", f"{cache['path']}:{cache['mount']}:rw"]
-        args += [str(cache["dir_arg"]), str(cache["mount"])]
+        size = f"{float(cache['size_gib']):g}"
+        if cache.get("dir_arg"):
+            args += [str(cache["dir_arg"]), str(cache["mount"])]
         if cache.get("size_arg"):
-            args += [str(cache["size_arg"]), f"{float(cache['size_gib']):g}"]
-        used.append(cache)
-    return args, mounts, used
+            args += [str(cache["size_arg"]), size]
+        if cache.get("dir_env"):
+            env[str(cache["dir_env"])] = str(cache["mount"])
+        if cache.get("size_env"):
+            env[str(cache["size_env"])] = size
+        if not (cache.get("dir_arg") or cache.get("dir_env")):
+            raise SpecError(
+                f"engine cache {cache.get('name')}: it needs dir_arg (a flag) or dir_env (a variable) "
+                "to reach the engine"
+            )
+        used.append(dict(cache))
+    return args, mounts, env, used
 
 
-def _api_part(settings: dict) -> tuple[list[str], list[str]]:
-    """Rank 0 only: where the API listens, its name, its key file."""
+def _api(settings: Mapping, profile: Mapping) -> tuple[str | None, list[str]]:
+    """Rank 0's key file (its path in the container) and its mount; None without a key."""
     api = settings.get("api") or {}
-    _require(api, "host", "port", "served_model_name")
-    if api["host"] not in LOOPBACK and not api.get("key_required"):
+    _require(api, "host", "port", "name")
+    keyed = bool(api.get("key_required"))
+    if api["host"] not in LOOPBACK and not keyed:
         raise SpecError(
             f"engine_service_host={api['host']} exposes the API beyond loopback: "
             "set engine_service_api_key_required: true (a key is required off loopback)"
         )
-    command = ["--host", str(api["host"]), "--port", str(api["port"])]
-    command += ["--served-model-name", str(api["served_model_name"])]
+    if not keyed:
+        return None, []
+    if not profile.get("api_keys"):
+        raise SpecError(
+            f"engine_service_api_key_required: the engine of this profile ({profile.get('engine_version')}) "
+            "reads no API key file"
+        )
+    _require(api, "key_file", "key_mount")
+    return str(api["key_mount"]), ["--volume", f"{api['key_file']}:{api['key_mount']}:ro"]
+
+
+def _values(settings: Mapping, plan: Mapping, rank: int, key_file: str | None) -> dict:
+    values = dict(settings.get("values") or {})
+    api = settings.get("api") or {}
+    values.update(
+        tp=int(plan["size"]),
+        rank=rank,
+        master=str(plan["master_addr"]),
+        master_port=int(settings["master_port"]),
+        host=str(api.get("host")),
+        port=int(api.get("port")),
+        name=str(api.get("name")),
+        api_key_file=key_file,
+    )
+    return values
+
+
+def _weights(settings: Mapping, profile: Mapping) -> tuple[list[str], list[str], dict[str, str]]:
+    """Rank file and chat template: mounted read-only at their own path, handed over as the profile says."""
+    w = profile.get("weights") or {}
+    args: list[str] = []
     mounts: list[str] = []
-    if api.get("key_required"):
-        _require(api, "key_file", "key_mount")
-        mounts += ["--volume", f"{api['key_file']}:{api['key_mount']}:ro"]
-        command += ["--api-key-file", str(api["key_mount"])]
-    return command + _flag_args(settings.get("api_args") or {}), mounts
+    env: dict[str, str] = {}
+    rank_file = settings.get("rank_file")
+    if rank_file:
+        mounts += ["--volume", f"{rank_file}:{rank_file}:ro"]
+        if w.get("rank_file_flag"):
+            args += [str(w["rank_file_flag"]), str(rank_file)]
+        if w.get("rank_file_env"):
+            env[str(w["rank_file_env"])] = str(rank_file)
+    template = settings.get("chat_template")
+    if template and w.get("chat_template_flag"):
+        mounts += ["--volume", f"{template}:{template}:ro"]
+        args += [str(w["chat_template_flag"]), str(template)]
+    return args, mounts, env
 
 
-def _command(settings: dict, plan: dict, rank: int) -> tuple[list[str], list[str], list[dict]]:
-    """`tensorfold serve <snapshot> --tp N --rank R --master IP --master-port P ...` and its mounts."""
-    command = [*settings.get("command", ["tensorfold", "serve"]), str(settings["weights_dir"])]
-    command += ["--tp", str(plan["size"]), "--rank", str(rank)]
-    command += ["--master", str(plan["master_addr"]), "--master-port", str(settings["master_port"])]
-    mounts = ["--volume", f"{settings['weights_dir']}:{settings['weights_dir']}:ro"]
-    if rank == 0:
-        api_command, api_mounts = _api_part(settings)
-        command += api_command
-        mounts += api_mounts
-    command += _flag_args(settings.get("rank_args") or {})
-    for key, flag in (("rank_file", "--rank-file"), ("chat_template", "--chat-template")):
-        if settings.get(key):  # read-only, at the same path as on the node
-            mounts += ["--volume", f"{settings[key]}:{settings[key]}:ro"]
-            command += [flag, str(settings[key])]
-    cache_args, cache_mounts, caches = _caches(settings, rank == 0)
-    command += cache_args + [str(a) for a in settings.get("extra_args") or []]
-    return command, mounts + cache_mounts, caches
+def _command(settings: Mapping, profile: Mapping, plan: Mapping, rank: int) -> tuple:
+    """`<command> <snapshot> <flags> <caches> <extra>`: command, mounts, environment, caches, values."""
+    # the same refusal on every rank; only rank 0 gets the key file
+    key_file, key_mounts = _api(settings, profile)
+    if rank != 0:
+        key_file, key_mounts = None, []
+    values = _values(settings, plan, rank, key_file)
+    weights = str(settings["weights_dir"])
+    command = [*(profile.get("command") or ["tensorfold", "serve"]), weights]
+    command += rank_args(profile, values, rank)
+    mounts = ["--volume", f"{weights}:{weights}:ro", *key_mounts]
+    w_args, w_mounts, w_env = _weights(settings, profile)
+    cache_args, cache_mounts, cache_env, caches = _caches(settings, rank == 0)
+    command += w_args + cache_args + [str(a) for a in settings.get("extra_args") or []]
+    mounts += w_mounts + cache_mounts
+    kernel = settings.get("kernel_cache")
+    if kernel:
+        target = (profile.get("kernel_cache") or {}).get("mount")
+        if not target:
+            raise SpecError(
+                "engine profile: kernel_cache.mount is not set (where the engine keeps kernel builds)"
+            )
+        mounts += ["--volume", f"{kernel}:{target}:rw"]
+    return command, mounts, {**w_env, **cache_env}, caches, values
 
 
-def _hardware(settings: dict) -> tuple[list[str], list[str], list[str]]:
+def _hardware(settings: Mapping) -> tuple[list[str], list[str], list[str]]:
     """--gpus and --device, each only where the node has it; and what was left out, with why."""
     omitted: list[str] = []
     gpu_args: list[str] = []
@@ -202,36 +518,48 @@ def _ulimit(value: str, memlock_hard: int | None, omitted: list[str]) -> str:
     return f"memlock={capped}"
 
 
-def _limits(settings: dict, omitted: list[str]) -> list[str]:
+def _limits(settings: Mapping, omitted: list[str]) -> list[str]:
     args = ["--oom-score-adj", str(settings.get("oom_score_adj", 1000))]
     args += ["--network", "host", "--ipc", "host"]
     available = settings.get("node_capabilities")
-    for cap in settings.get("cap_add", ["IPC_LOCK"]):
+    for cap in settings.get("cap_add") or []:
         if available is None or cap in available:
             args += ["--cap-add", str(cap)]
         else:
             omitted.append(f"--cap-add {cap}: not in this node's capability bounding set")
-    for ulimit in settings.get("ulimits", ["memlock=-1:-1", "stack=67108864"]):
+    for ulimit in settings.get("ulimits") or []:
         args += ["--ulimit", _ulimit(str(ulimit), settings.get("node_memlock_hard"), omitted)]
-    args += ["--shm-size", str(settings.get("shm_size", "10g"))]
-    args += ["--log-driver", str(settings.get("log_driver", "json-file"))]
-    for key, value in (settings.get("log_opts") or {"max-size": "100m", "max-file": "5"}).items():
+    if settings.get("shm_size"):
+        args += ["--shm-size", str(settings["shm_size"])]
+    args += ["--log-driver", "json-file"]
+    for key, value in (settings.get("log_opts") or {}).items():
         args += ["--log-opt", f"{key}={value}"]
     return args
 
 
-def engine_spec(settings: dict) -> dict:
-    """One rank's container: see the module docstring. `settings` is built by engine_service."""
-    _require(settings, "host", "plan", "name", "image", "image_id", "weights_dir", "master_port")
+def engine_spec(settings: Mapping) -> dict:
+    """One rank's container (the module docstring); `settings` is built by engine_service's configure.yml."""
+    _require(settings, "host", "plan", "profile", "name", "image", "image_id", "weights_dir", "master_port")
     plan = settings["plan"]
+    profile = settings["profile"]
     host = settings["host"]
     if host not in plan.get("ranks", {}):
         raise SpecError(f"{host} has no rank in sparkfleet_plan.ranks")
     rank = int(plan["ranks"][host])
-    command, mounts, caches = _command(settings, plan, rank)
+    if int(plan["size"]) not in (profile.get("tp_sizes") or []):
+        raise SpecError(
+            f"engine profile {settings.get('profile_name', '?')} serves TP {profile.get('tp_sizes')}, "
+            f"not {plan['size']}"
+        )
+    command, mounts, extra_env, caches, values = _command(settings, profile, plan, rank)
     gpu_args, device_args, omitted = _hardware(settings)
-    env = _env(settings, plan)
-    labels = {MANAGED_LABEL: "true", RANK_LABEL: str(rank), f"{LABEL_PREFIX}.tp": str(plan["size"])}
+    env = _env(settings, profile, values, extra_env)
+    labels = {
+        MANAGED_LABEL: "true",
+        RANK_LABEL: str(rank),
+        f"{LABEL_PREFIX}.tp": str(plan["size"]),
+        PROFILE_LABEL: str(settings.get("profile_name", "")),
+    }
 
     run = ["run", "--name", str(settings["name"]), "--init", "--restart", "no"]
     run += ["--stop-timeout", str(settings.get("stop_timeout", 30))]
@@ -278,21 +606,17 @@ def systemd_exec(argv: list) -> str:
     return " \\\n    ".join(systemd_quote(a) for a in argv)
 
 
-def env_file(env: dict) -> str:
+def env_file(env: Mapping) -> str:
     """docker --env-file content: KEY=VALUE, one per line, values literal (docker does no quoting)."""
     return "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
-
-
-def engine_caches(caches: list, is_head: bool) -> list:
-    """The caches this node holds: nodes=all everywhere, nodes=head on rank 0 only."""
-    return [
-        c for c in caches or [] if c.get("nodes", "all") == "all" or (is_head and c.get("nodes") == "head")
-    ]
 
 
 def short_commit(value: object) -> str:
     text = str(value or "")
     return text[:12] if re.fullmatch(r"[0-9a-f]{40}", text) else (text or "-")
+
+
+# ---- status ------------------------------------------------------------------------------------------
 
 
 def status_table(rows: list[dict], columns: list[list[str]]) -> list[str]:
@@ -308,7 +632,7 @@ def status_table(rows: list[dict], columns: list[list[str]]) -> list[str]:
     return out
 
 
-def _unit_text(unit: dict) -> str:
+def _unit_text(unit: Mapping) -> str:
     if not unit.get("exists"):
         return "absent"
     text = f"{unit.get('active', '?')}/{unit.get('sub', '?')}"
@@ -317,7 +641,7 @@ def _unit_text(unit: dict) -> str:
     return text
 
 
-def _container_text(c: dict) -> str:
+def _container_text(c: Mapping) -> str:
     if c.get("foreign"):
         return "foreign (not sparkfleet's)"
     if not c.get("exists"):
@@ -329,7 +653,7 @@ def _container_text(c: dict) -> str:
 
 
 def _weights_text(record: object) -> str:
-    if not isinstance(record, dict) or not record:
+    if not isinstance(record, Mapping) or not record:
         return "no record"
     verified = record.get("verified")
     digest = str(record.get("manifest_digest") or record.get("digest") or "")
@@ -340,7 +664,7 @@ def _weights_text(record: object) -> str:
     return ("verified " + digest.removeprefix("sha256:")[:12]).strip()
 
 
-def _clock_text(clock: dict) -> str:
+def _clock_text(clock: Mapping) -> str:
     configured, applied = clock.get("configured_mhz"), clock.get("applied_mhz")
     if configured is None:
         return "-"
@@ -350,35 +674,57 @@ def _clock_text(clock: dict) -> str:
     return text
 
 
+def _minutes(seconds: object) -> str:
+    try:
+        return f"{int(float(seconds) // 60)} min"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _log_text(node: Mapping, rank: int) -> str:
+    """The ENGINE column: what the rank's own log says."""
+    log = node.get("log") or {}
+    phase = log.get("phase")
+    if not phase or node.get("unreachable"):
+        return "-"
+    if phase == "loading":
+        return f"loading ({_minutes(node.get('container', {}).get('running_s'))})"
+    if phase == "following":
+        return "following rank 0"
+    return str(phase)
+
+
+def _api_text(api: Mapping, head: Mapping, first_start: object) -> str:
+    state = api.get("state", "down")
+    if state == "down" and (head.get("container") or {}).get("running"):
+        log = head.get("log") or {}
+        if log.get("phase") in ("loading", "starting"):
+            running = _minutes((head.get("container") or {}).get("running_s"))
+            return f"loading, {running} of the ~{first_start}"
+    return str(state)
+
+
 def status_rows(
-    nodes: dict, plan: dict, api: dict | None, pin_commit: str, weights: dict | None = None
+    nodes: Mapping, plan: Mapping, api: Mapping | None, pin_commit: str, first_start: object = 15
 ) -> dict:
-    """The status table's rows (one per node, in rank order), notes that say why, and overall health."""
+    """The status table's rows (one per node, in rank order), the ranks' own log lines that matter (`log`:
+    ready, loading progress), the problems with why (`notes`), and overall health."""
     api = api or {}
-    health = api.get("health") or {}
-    ranks_health = {r.get("rank"): r for r in health.get("ranks") or []}
-    rows, notes = [], []
+    rows: list[dict] = []
+    notes: list[str] = []
+    logs: list[str] = []
     healthy = api.get("state") == "ok"
+    head = nodes.get(plan["head"]) or {}
     for host in plan["hosts_by_rank"]:
         rank = int(plan["ranks"][host])
         node = nodes.get(host) or {"unreachable": True}
         c = node.get("container") or {}
         labels = c.get("labels") or {}
-        commit = labels.get(f"{LABEL_PREFIX}.commit") or (node.get("image") or {}).get("labels", {}).get(
-            f"{LABEL_PREFIX}.commit"
-        )
+        commit = labels.get(COMMIT_LABEL) or (node.get("image") or {}).get("labels", {}).get(COMMIT_LABEL)
         commit_text = short_commit(commit)
         if commit and pin_commit and commit != pin_commit:
             commit_text += f" (pin {short_commit(pin_commit)})"
-        if rank == 0:
-            api_text = api.get("state", "down")
-            model = ", ".join(api.get("models") or []) or "-"
-        else:
-            rh = ranks_health.get(rank) or {}
-            api_text = f"rank {rh['state']}" if rh else "-"
-            if rh.get("rtt_ms") is not None:
-                api_text += f" {rh['rtt_ms']:.1f} ms"
-            model = ""
+        log = node.get("log") or {}
         rows.append(
             {
                 "node": host,
@@ -386,39 +732,40 @@ def status_rows(
                 "unit": "unreachable" if node.get("unreachable") else _unit_text(node.get("unit") or {}),
                 "container": "unreachable" if node.get("unreachable") else _container_text(c),
                 "commit": commit_text,
-                "weights": _weights_text((weights or {}).get(host, node.get("weights"))),
+                "weights": _weights_text(node.get("weights")),
                 "clock": _clock_text(node.get("clock") or {}),
-                "api": api_text,
-                "model": model,
+                "engine": _log_text(node, rank),
+                "api": _api_text(api, head, first_start) if rank == 0 else "",
+                "model": ", ".join(api.get("models") or []) if rank == 0 else "",
             }
         )
-        served = health.get("weights_digest")
-        recorded = ((node.get("weights") or {}) if isinstance(node.get("weights"), dict) else {}).get(
-            "manifest_digest"
-        )
-        if rank == 0 and served and recorded:
-            if served == recorded:
-                rows[-1]["weights"] += " (served)"
-            else:
-                notes.append(
-                    f"{host}: the engine serves weights {served[:19]}, the verified record: {recorded[:19]}"
-                )
+        if log.get("ready"):
+            logs.append(f"{host} (rank {rank}): {log['ready']}")
+        elif log.get("phase") in ("loading", "starting") and log.get("last"):
+            logs.append(f"{host} (rank {rank}) {log['phase']}: {log['last']}")
+        if log.get("fatal"):
+            healthy = False
+            notes.append(f"{host} (rank {rank}) failed: {log['fatal']}")
         if not c.get("running"):
             healthy = False
             unit = _unit_text(node.get("unit") or {})
             why = f"{host} (rank {rank}): container {_container_text(c)}, unit {unit}"
             if node.get("unreachable"):
                 why = f"{host} (rank {rank}): unreachable (no answer over SSH)"
-            tail = c.get("log_tail") or []
-            notes.append(why + (f"; last log: {tail[-1]}" if tail else ""))
+            elif not log.get("fatal"):
+                tail = c.get("log_tail") or []
+                why += f"; last log: {tail[-1]}" if tail else ""
+            notes.append(why)
+        elif rank != 0 and api.get("state") == "ok" and log.get("phase") not in ("following", None):
+            notes.append(f"{host} (rank {rank}): its log does not say it follows rank 0 ({log.get('phase')})")
         if commit and pin_commit and commit != pin_commit:
             notes.append(
                 f"{host}: runs engine {short_commit(commit)}, the pin is {short_commit(pin_commit)}: "
                 "run `sparkfleet engine` and `sparkfleet start`"
             )
     if api.get("state") != "ok":
-        notes.append(f"API on {plan['head']}: {api.get('state', 'down')}: {api.get('detail', 'not probed')}")
-    return {"rows": rows, "notes": notes, "healthy": healthy}
+        notes.append(f"API on {plan['head']}: {rows[0]['api']}: {api.get('detail', 'not probed')}")
+    return {"rows": rows, "log": logs, "notes": notes, "healthy": healthy}
 
 
 STATUS_COLUMNS = [
@@ -429,14 +776,16 @@ STATUS_COLUMNS = [
     ["commit", "IMAGE COMMIT"],
     ["weights", "WEIGHTS"],
     ["clock", "CLOCK CAP"],
-    ["api", "API HEALTH"],
+    ["engine", "ENGINE LOG"],
+    ["api", "API"],
     ["model", "SERVED MODEL"],
 ]
 
 
-def status_lines(status: dict, title: str = "") -> list[str]:
+def status_lines(status: Mapping, title: str = "") -> list[str]:
     lines = [title] if title else []
     lines += status_table(status["rows"], STATUS_COLUMNS)
+    lines += [f"  {line}" for line in status.get("log") or []]
     lines += [f"! {n}" for n in status["notes"]]
     lines.append("engine: healthy" if status["healthy"] else "engine: NOT healthy")
     return lines
@@ -446,7 +795,12 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "engine_spec": engine_spec,
-            "engine_fabric": fabric_peers,
+            "engine_profile_problems": profile_problems,
+            "engine_profile_serves": profile_serves,
+            "engine_setting_problems": setting_problems,
+            "engine_extra_arg_problems": extra_arg_problems,
+            "engine_cache_problems": cache_problems,
+            "engine_rank_args": rank_args,
             "systemd_exec": systemd_exec,
             "env_file": env_file,
             "short_commit": short_commit,

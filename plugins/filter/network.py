@@ -1,12 +1,18 @@
 """network_links filters: the NCCL environment of one rank and its fabric peers (from the cluster
 plan and the RDMA facts), and readable link-check failures.
 
-SPEC.md "NCCL environment (computed per rank)":
-- NCCL_SOCKET_IFNAME = the management interface; MASTER_ADDR = rank 0's management address
-  (a fabric address hangs silently);
-- NCCL_IB_HCA = the RoCE devices toward this rank's peers;
-- NCCL_IB_GID_INDEX only when the discovered index is the same on every device of the cluster;
-- TP3 adds NCCL_IB_SUBNET_AWARE_ROUTING=1, NCCL_CROSS_NIC=1, NCCL_IB_SUBNET_PREFIX_LEN=<prefix>.
+The NCCL environment per topology, from the public receipts (the table with every source is in
+roles/network_links/README.md):
+- TP2 (one cable), as the real TP2 TensorFold receipts: rendezvous on the fabric (MASTER_ADDR = rank 0's
+  address on the cable), NCCL_SOCKET_IFNAME = this rank's netdev on that rail, NCCL_IB_HCA = both RoCE
+  devices of the cabled port, NCCL_DEBUG=WARN;
+- TP3 (triangle), as the public three-Spark receipts: NCCL_SOCKET_IFNAME = the management interface and
+  MASTER_ADDR = rank 0's management address, NCCL_IB_HCA = the RoCE devices toward both peers, the IB
+  transport forced (NCCL_NET=IB, no net plugin, IB on), RoCE v2 over IPv4, subnet-aware routing and
+  cross-NIC rings (each cable joins port 0 of one Spark to port 1 of the next), P2P and SHM off,
+  NCCL_IB_SUBNET_PREFIX_LEN = the rails' prefix;
+- NCCL_IB_GID_INDEX only when the discovered index is the same on every device of this rank (the index is
+  a row of each local device's GID table; MiaAI's GLM 3x TensorFold recipe sets it that way).
 Without RDMA devices on a rank, NCCL is told so (NCCL_IB_DISABLE=1) instead of being pointed at
 devices that do not exist. Pure Python, unit-tested.
 """
@@ -39,10 +45,48 @@ def uniform_gid_index(plan: Mapping[str, Any], rdma: Mapping[str, Mapping[str, A
     return seen.pop() if len(seen) == 1 else None
 
 
+# TP3 settings every public three-Spark receipt with the IB transport agrees on (sources: README table).
+TP3_SETTINGS = {
+    "NCCL_NET": "IB",
+    "NCCL_NET_PLUGIN": "none",
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_IB_ROCE_VERSION_NUM": "2",
+    "NCCL_IB_ADDR_FAMILY": "AF_INET",
+    "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+    "NCCL_CROSS_NIC": "1",
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+}
+
+
+def socket_ifname(plan: Mapping[str, Any], host: str, mgmt_iface: str) -> str:
+    """The netdev NCCL's bootstrap sockets use: the one toward the rendezvous address."""
+    netdevs = (plan.get("rendezvous") or {}).get("netdevs") or {}
+    return str(netdevs.get(host) or mgmt_iface)
+
+
+def node_gid_index(plan: Mapping[str, Any], rdma: Mapping[str, Mapping[str, Any]], host: str) -> int | None:
+    """The GID index if every planned device of this host has the same one, else None."""
+    facts = rdma.get(host) or {}
+    if not facts.get("present"):
+        return None
+    by_hca = {d["hca"]: d for d in facts.get("devices", [])}
+    seen: set[int] = set()
+    for rail in plan["interfaces"][host]:
+        idx = (by_hca.get(rail["hca"]) or {}).get("gid_index")
+        if idx is None:
+            return None
+        seen.add(int(idx))
+    return seen.pop() if len(seen) == 1 else None
+
+
 def nccl_env(
     plan: Mapping[str, Any], host: str, rdma: Mapping[str, Mapping[str, Any]], mgmt_iface: str
 ) -> dict[str, str]:
-    env = {"NCCL_SOCKET_IFNAME": str(mgmt_iface), "MASTER_ADDR": str(plan["master_addr"])}
+    env = {
+        "NCCL_SOCKET_IFNAME": socket_ifname(plan, host, mgmt_iface),
+        "MASTER_ADDR": str(plan["master_addr"]),
+    }
     mine = rdma.get(host) or {}
     if not mine.get("present"):
         env["NCCL_IB_DISABLE"] = "1"
@@ -52,14 +96,14 @@ def nccl_env(
         if rail["hca"] not in hcas:
             hcas.append(rail["hca"])
     env["NCCL_IB_HCA"] = ",".join(hcas)
-    idx = uniform_gid_index(plan, rdma)
+    idx = node_gid_index(plan, rdma, host)
     if idx is not None:
         env["NCCL_IB_GID_INDEX"] = str(idx)
     if plan["topology"] == "tp3":
+        env.update(TP3_SETTINGS)
         prefixes = {int(r["prefix"]) for r in plan["interfaces"][host]}
-        env["NCCL_IB_SUBNET_AWARE_ROUTING"] = "1"
-        env["NCCL_CROSS_NIC"] = "1"
         env["NCCL_IB_SUBNET_PREFIX_LEN"] = str(prefixes.pop() if len(prefixes) == 1 else 24)
+    env["NCCL_DEBUG"] = "WARN"
     return env
 
 
@@ -153,6 +197,7 @@ class FilterModule:
             "nccl_env": nccl_env,
             "fabric_peers": fabric_peers,
             "uniform_gid_index": uniform_gid_index,
+            "node_gid_index": node_gid_index,
             "hostvar_map": hostvar_map,
             "ping_failures": ping_failures,
             "bw_lines": bw_lines,

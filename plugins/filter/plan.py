@@ -345,9 +345,41 @@ def cluster_plan(
         "hosts_by_rank": order,
         "nodes": {h: hosts[h]["node"] for h in order},
         "mgmt_addresses": {h: str(hosts[h]["mgmt_address"]) for h in order},
-        "master_addr": str(hosts[head]["mgmt_address"]),
+        **rendezvous(topology, head, {h: str(hosts[h]["mgmt_address"]) for h in order}, links),
         "links": links,
         "interfaces": interfaces,
+    }
+
+
+def rendezvous(
+    topology: str, head: str, mgmt_addresses: Mapping[str, str], links: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Where the ranks meet (`--master`, MASTER_ADDR) and over which netdev each rank reaches it.
+
+    TP2, as the real TP2 TensorFold receipts run it: on the fabric, rank 0's address on the first rail
+    of the one cable (sfxnz's recipe: `--master 10.100.8.1`, NCCL_SOCKET_IFNAME the cabled netdev;
+    neko-legends: "the head's address on NCCL_SOCKET_IFNAME"). Both ranks sit on that /24.
+    TP3: on the management network, rank 0's management address (MiaAI's GLM 3x TensorFold recipe,
+    LakyFx's and christopherowen's three-Spark recipes): in a triangle no fabric subnet joins all three
+    ranks, so a fabric address of rank 0 is out of reach for one of the workers.
+    `rendezvous.netdevs` is {host: netdev} on the fabric and empty on the management network (each rank
+    then uses its management interface)."""
+    if topology == "tp2" and links:
+        first = links[0]  # the first cable's first rail (links follow the cabling, rails in order)
+        ends = (first["a"], first["b"])
+        rank0 = next(end for end in ends if end["host"] == head)
+        return {
+            "master_addr": rank0["address"],
+            "rendezvous": {
+                "network": "fabric",
+                "address": rank0["address"],
+                "subnet": first["subnet"],
+                "netdevs": {end["host"]: end["netdev"] for end in ends},
+            },
+        }
+    return {
+        "master_addr": str(mgmt_addresses[head]),
+        "rendezvous": {"network": "management", "address": str(mgmt_addresses[head]), "netdevs": {}},
     }
 
 

@@ -4,6 +4,9 @@
 #   <state_dir>/clocks/gpu.conf   GPU_CLOCK_CAP_MHZ=N  (persistent; sourced by sparkfleet-clocks at boot)
 #   <state_dir>/clocks/cpu.conf   CPU_CLOCK_CAP_MHZ=N
 #   <run_dir>/clocks/gpu.applied  N                    (the cap applied since this boot; /run is a tmpfs)
+#   <run_dir>/clocks/gpu.verify   MIN=/CAP=/RESULT=/SM_MHZ= lines: what the SM clock did right after that
+#                                 cap was applied (RESULT held, not-taken or stock): `nvidia-smi -lgc` can
+#                                 answer success without pinning the clock
 # 0 = stock clocks; no file = never configured (None). Standard library only (runs on the nodes).
 from __future__ import annotations
 
@@ -65,6 +68,53 @@ def read_caps(state_dir: str = STATE_DIR, run_dir: str = RUN_DIR, root: str = "/
     keys = {"gpu_configured": GPU_KEY, "gpu_applied": GPU_KEY, "cpu_configured": CPU_KEY}
     prefix = root.rstrip("/")
     return {name: read_cap(prefix + path, keys[name]) for name, path in paths(state_dir, run_dir).items()}
+
+
+VERIFY_RESULTS = ("held", "not-taken", "stock")
+
+
+def verify_path(run_dir: str = RUN_DIR) -> str:
+    return f"{run_dir.rstrip('/')}/clocks/gpu.verify"
+
+
+def verdict(cap: int, samples: list[int]) -> str:
+    """What SM clock samples taken right after applying `cap` say: stock (no cap), held (no sample above
+    the cap) or not-taken (a sample above it: the lock did not pin the clock)."""
+    if cap <= 0:
+        return "stock"
+    return "not-taken" if samples and max(samples) > cap else "held"
+
+
+def verify_text(min_mhz: int, cap: int, result: str, sm_mhz: int | None) -> str:
+    return (
+        "# Written by sparkfleet (role gpu_clocks): the SM clock sampled right after the cap was applied.\n"
+        f"MIN={min_mhz}\nCAP={cap}\nRESULT={result}\nSM_MHZ={'' if sm_mhz is None else sm_mhz}\n"
+    )
+
+
+def parse_verify(text: str | None) -> dict | None:
+    """{min, cap, result, sm_mhz} of a gpu.verify text; None when there is none or it is malformed."""
+    if text is None:
+        return None
+    values = dict(
+        line.strip().split("=", 1)
+        for line in text.splitlines()
+        if "=" in line and not line.strip().startswith("#")
+    )
+    try:
+        out = {
+            "min": int(values["MIN"]),
+            "cap": int(values["CAP"]),
+            "result": values["RESULT"],
+            "sm_mhz": int(values["SM_MHZ"]) if values.get("SM_MHZ", "").isdigit() else None,
+        }
+    except (KeyError, ValueError):
+        return None
+    return out if out["result"] in VERIFY_RESULTS else None
+
+
+def read_verify(path: str) -> dict | None:
+    return parse_verify(read_text(path))
 
 
 def state_text(cap: int, key: str = GPU_KEY) -> str:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 
@@ -13,6 +14,46 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import r
 
 SWAP_SIGNATURE = b"SWAPSPACE2"
 MEMORY_SAVER = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"
+# Kernel build options sparkfleet decides on: KHO on by default needs kho=off for RDMA memory registration
+# (christopherowen/spark-ds41f docs/recovery.md; Bizuayeu docs/hosts.md), a 64K kernel must have 64K pages.
+KERNEL_OPTIONS = ("CONFIG_KEXEC_HANDOVER", "CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT", "CONFIG_ARM64_64K_PAGES")
+# fwupd device names of a DGX Spark's board firmware -> sparkfleet's component names (the SMBIOS firmware
+# inventory christopherowen/spark-ds41f docs/recovery.md records as SoC, EC, PD).
+FWUPD_COMPONENTS = (
+    ("ec", re.compile(r"embedded controller", re.I)),
+    ("pd", re.compile(r"power delivery|\bUSB-?C PD\b", re.I)),
+    ("soc", re.compile(r"uefi device firmware|system firmware|\bSoC\b", re.I)),
+)
+
+
+def parse_kernel_config(text: str | None) -> dict[str, str] | None:
+    """/boot/config-<release> -> {option: value} of KERNEL_OPTIONS (absent = not set); None without a file."""
+    if text is None:
+        return None
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key in KERNEL_OPTIONS:
+            out[key] = value
+    return out
+
+
+def parse_fwupd_devices(text: str | None) -> dict[str, str]:
+    """`fwupdmgr get-devices --json` -> {soc, ec, pd: version} for the board firmware it lists."""
+    try:
+        devices = json.loads(text or "").get("Devices", [])
+    except (ValueError, AttributeError):
+        return {}
+    out: dict[str, str] = {}
+    for device in devices if isinstance(devices, list) else []:
+        name, version = str(device.get("Name", "")), device.get("Version")
+        if not version:
+            continue
+        for component, pattern in FWUPD_COMPONENTS:
+            if component not in out and pattern.search(name):
+                out[component] = str(version)
+                break
+    return out
 
 
 def parse_os_release(text: str | None) -> dict[str, str]:
@@ -130,11 +171,35 @@ class NodeProbe:
         tables = [t for t in (self.read("/proc/net/tcp"), self.read("/proc/net/tcp6")) if t]
         return listening_ports(tables, ports)
 
+    def kernel_config(self, release: str | None = None) -> dict[str, str] | None:
+        """The build options of a kernel (default the running one) from /boot/config-<release>."""
+        return parse_kernel_config(self.read(f"/boot/config-{release or self.kernel_release()}"))
+
     # ---- the hardware and its drivers -------------------------------------------------------------
-    def cx7_firmware(self) -> dict[str, str]:
-        """RDMA device -> firmware version (fw_ver)."""
+    def bios_version(self) -> str | None:
+        value = self.read("/sys/class/dmi/id/bios_version")
+        return value.strip() if value and value.strip() else None
+
+    def board_firmware(self, module, fwupdmgr: str = "fwupdmgr") -> dict:
+        """{versions: {soc, ec, pd}, error}: the board firmware fwupd reports (no root needed)."""
+        path = module.get_bin_path(fwupdmgr)
+        if path is None:
+            return {"versions": {}, "error": f"{fwupdmgr} not found"}
+        timeout = module.get_bin_path("timeout")
+        argv = [*([timeout, "60"] if timeout else []), path, "get-devices", "--json"]
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            return {
+                "versions": {},
+                "error": f"{fwupdmgr} get-devices failed (exit {rc}): {(err or out).strip()[-300:]}",
+            }
+        return {"versions": parse_fwupd_devices(out), "error": ""}
+
+    def cx7_firmware(self, sysfs_root: str = "/sys") -> dict[str, str]:
+        """RDMA device -> firmware version (fw_ver) under `sysfs_root` (the lab's RDMA stand-in: its own)."""
         out = {}
-        for path in self.glob("/sys/class/infiniband/*/fw_ver"):
+        base = sysfs_root.rstrip("/") or ""
+        for path in self.glob(f"{base}/class/infiniband/*/fw_ver"):
             text = read_text(path)
             if text is not None:
                 out[os.path.basename(os.path.dirname(path))] = text.strip()

@@ -6,14 +6,22 @@ DOCUMENTATION = r"""
 module: engine_api
 short_description: Probe, wait for, or verify the engine's OpenAI-compatible API with real requests
 description:
-  - C(probe) reads C(/health) and C(/v1/models) once. C(wait) probes until the API is ready
-    (C(/health) 200 and the served model listed) or I(wait_s) passed; it reports what it waits for
-    in C(sparkfleet_progress) and fails at once (C(fatal)) when rank 0's container exited or a rank
-    was lost. Use it in an C(until) loop for long waits with progress.
-  - C(verify) sends real requests and times each one - the model list, a chat with a checkable
-    answer (17x19 = 323, thinking off), a streamed reply, a forced tool call whose arguments must
-    satisfy the tool's JSON schema, and a JSON-schema structured output.
-  - The API key is read from I(api_key_file) on the node and never returned.
+  - >-
+    C(probe) reads C(/health) and C(/v1/models) once. Ready means C(/health) answers 200 with C({"ok": true})
+    (C({"status": "ok"}) with API keys on) and C(/v1/models) lists the served model (TensorFold opens its
+    port only once the model is loaded, so a closed port while the container runs means C(loading)).
+  - >-
+    C(wait) probes until the API is ready or I(wait_s) passed; it reports what it waits for in
+    C(sparkfleet_progress) (while loading, C(loading, N min of the ~M the first start takes) and rank 0's
+    latest log line) and fails at once (C(fatal)) when rank 0's container stopped, with the engine's own
+    message from its log. Use it in an C(until) loop for long waits with progress.
+  - >-
+    C(verify) sends real requests and times each one; I(checks) are the engine profile's - C(models),
+    C(auth) (a request without the key gets the engine's 401), C(chat) (17x19 = 323, thinking off),
+    C(stream), C(tool) and C(json_schema) (a forced tool call and a JSON-schema output, checked against
+    their schemas), C(tool_refused) and C(json_schema_refused) (an engine that refuses them answers 400).
+  - >-
+    The API key is read from I(api_key_file) on the node and never returned.
 options:
   action: {type: str, choices: [probe, wait, verify], default: probe, description: What to do.}
   url: {type: str, required: true, description: "Base URL of the API, e.g. http://127.0.0.1:8888 (no /v1)."}
@@ -25,11 +33,13 @@ options:
   container: {type: str, description: "action=wait: rank 0's container; its exit ends the wait at once."}
   unit: {type: str, description: "action=wait: rank 0's systemd unit; its failure ends the wait at once."}
   docker: {type: str, default: docker, description: The docker CLI (for I(container)).}
+  log_rules: {type: dict, default: {}, description: "The engine profile's log lines (engine_node's option)."}
+  first_start_minutes: {type: int, default: 15, description: "How long a first start takes (progress)."}
   checks:
     type: list
     elements: str
-    default: [models, chat, stream, tool, json_schema]
-    description: Which verify checks to run, in order.
+    default: [models, chat, stream]
+    description: Which verify checks to run, in order (the engine profile's C(verify)).
 author: sparkfleet developers
 """
 
@@ -55,11 +65,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ready: {description: /health is 200 and the model is listed, type: bool, returned: probe, wait}
-state: {description: "ok, starting, degraded, down, unauthorized or error", type: str, returned: probe, wait}
-detail: {description: What the API said, type: str, returned: probe, wait}
+ready: {description: /health is 200 with ok true and the model is listed, type: bool, returned: probe, wait}
+state: {description: "ok, loading, down, unauthorized or error", type: str, returned: probe, wait}
+detail: {description: What the API (or rank 0's log) said, type: str, returned: probe, wait}
 health: {description: The /health document, type: dict, returned: probe, wait}
 models: {description: Model ids from /v1/models, type: list, returned: probe, wait}
+log: {description: "rank 0's log summary (engine_node's C(log))", type: dict, returned: wait}
 checks:
   description: "verify: one entry per check: name, ok, latency_ms, result, detail"
   type: list
@@ -76,6 +87,12 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.api_keys import KeyFileError, parse_key_file
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs import (
+    Patterns,
+    read_logs,
+    seconds_since,
+    summarize,
+)
 
 WEATHER_TOOL = {
     "type": "function",
@@ -126,27 +143,35 @@ class Client:
     def __init__(self, url: str, key: str | None, timeout: float):
         self.url, self.key, self.timeout = url.rstrip("/"), key, timeout
 
-    def _request(self, path: str, body: dict | None) -> urllib.request.Request:
+    def _request(self, path: str, body: dict | None, key: bool = True) -> urllib.request.Request:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        if self.key:
+        if self.key and key:
             headers["Authorization"] = "Bearer " + self.key
         data = json.dumps(body).encode() if body is not None else None
         return urllib.request.Request(self.url + path, data=data, headers=headers)  # noqa: S310 - the node's API
 
-    def json(self, path: str, body: dict | None = None, timeout: float | None = None) -> tuple[int, object]:
+    def call(
+        self, path: str, body: dict | None = None, timeout: float | None = None, key: bool = True
+    ) -> tuple[int, dict, object]:
+        """(status, headers, parsed body or text) of one request; ApiError when nothing answers."""
         try:
-            with urllib.request.urlopen(self._request(path, body), timeout=timeout or self.timeout) as resp:  # noqa: S310
-                return resp.status, json.loads(resp.read() or b"null")
+            request = self._request(path, body, key)
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as resp:  # noqa: S310
+                return resp.status, dict(resp.headers), json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
-                return exc.code, json.loads(raw)
+                return exc.code, dict(exc.headers), json.loads(raw)
             except ValueError:
-                return exc.code, raw.decode(errors="replace")[:300]
+                return exc.code, dict(exc.headers), raw.decode(errors="replace")[:300]
         except (OSError, ValueError) as exc:
             raise ApiError(f"{self.url}{path}: {getattr(exc, 'reason', exc)}") from exc
+
+    def json(self, path: str, body: dict | None = None, timeout: float | None = None) -> tuple[int, object]:
+        status, _headers, doc = self.call(path, body, timeout)
+        return status, doc
 
     def stream(self, path: str, body: dict) -> tuple[list, float | None]:
         """SSE events (parsed JSON, and the literal '[DONE]') and the time to the first content piece."""
@@ -198,7 +223,8 @@ def _delta_text(event: object) -> str:
 
 
 def probe(client: Client, model: str) -> dict:
-    """One look at /health and /v1/models: ready, state, detail."""
+    """One look at /health and /v1/models: ready, state, detail. A closed port is `down` (the caller
+    knows whether rank 0's container runs, i.e. whether that means loading)."""
     out = {"ready": False, "state": "down", "detail": "", "health": {}, "models": []}
     try:
         status, health = client.json("/health", timeout=min(client.timeout, 10))
@@ -206,12 +232,11 @@ def probe(client: Client, model: str) -> dict:
         out["detail"] = f"not answering: {exc}"
         return out
     out["health"] = health if isinstance(health, dict) else {}
-    reported = out["health"].get("status") if isinstance(health, dict) else None
-    if status != 200:
-        out["state"] = (
-            reported if reported in ("starting", "degraded") else "starting" if status == 503 else "error"
-        )
-        out["detail"] = (out["health"].get("detail") if out["health"] else "") or f"/health answered {status}"
+    # the counters body says {"ok": true, ...}; with API keys on (0.6.6) /health says only {"status": "ok"}
+    # (sfxnz/TensorFold src/tensorfold/cuda/http.py @ dc971a2)
+    if status != 200 or not (out["health"].get("ok") is True or out["health"].get("status") == "ok"):
+        body = json.dumps(health)[:160] if isinstance(health, dict) else str(health)[:160]
+        out.update(state="error", detail=f"/health answered {status}: {body}")
         return out
     try:
         status, models = client.json("/v1/models", timeout=min(client.timeout, 10))
@@ -219,22 +244,20 @@ def probe(client: Client, model: str) -> dict:
         out.update(state="error", detail=f"/v1/models: {exc}")
         return out
     if status == 401:
-        out.update(state="unauthorized", detail="/v1/models refused the API key (401)")
+        out.update(
+            state="unauthorized", detail=f"/v1/models refused the API key (401): {_error_text(models)}"
+        )
         return out
     ids = [m.get("id") for m in (models.get("data") or [])] if isinstance(models, dict) else []
     out["models"] = ids
     if status != 200 or model not in ids:
         out.update(state="error", detail=f"/v1/models ({status}) lists {ids}, not {model!r}")
         return out
-    out.update(ready=True, state="ok", detail=f"ready: {model} served, {_ranks_text(out['health'])}")
+    busy = out["health"].get("requests_running")
+    out.update(
+        ready=True, state="ok", detail=f"{model} served" + (f", {busy} request(s) running" if busy else "")
+    )
     return out
-
-
-def _ranks_text(health: dict) -> str:
-    ranks = health.get("ranks") or []
-    if not ranks:
-        return "healthy"
-    return f"{sum(1 for r in ranks if r.get('state') == 'ok')}/{len(ranks)} ranks ok"
 
 
 def container_state(docker: str, name: str) -> dict | None:
@@ -244,13 +267,6 @@ def container_state(docker: str, name: str) -> dict | None:
     if proc.returncode != 0:
         return None
     return json.loads(proc.stdout)
-
-
-def container_tail(docker: str, name: str, lines: int = 5) -> str:
-    proc = subprocess.run(
-        [docker, "logs", "--tail", str(lines), name], capture_output=True, text=True, check=False
-    )
-    return (proc.stdout + proc.stderr).strip()
 
 
 def unit_state(unit: str) -> tuple[str, str]:
@@ -268,44 +284,59 @@ def unit_state(unit: str) -> tuple[str, str]:
     return active, journal.stdout.strip()
 
 
-def _fatal(state: dict, container: str | None, unit: str | None, docker: str) -> str:
-    """Why waiting longer cannot help, or ''."""
-    if state["state"] == "degraded":
-        return f"a rank was lost while starting: {state['detail']}"
-    if "last refused:" in state["detail"]:  # a refused rank exits; it does not come back by itself
-        return f"rank 0 refused a rank: {state['detail']}"
-    if container:
-        info = container_state(docker, container)
-        if info is not None and not info.get("Running"):
-            tail = container_tail(docker, container)
-            return (
-                f"rank 0's container {container} is {info.get('Status')} (exit {info.get('ExitCode')}); "
-                f"last log lines:\n{tail}"
+class Rank0:
+    """Rank 0's container and log, as the wait sees them."""
+
+    def __init__(self, docker: str, container: str | None, unit: str | None, rules: dict, first_start: int):
+        self.docker, self.container, self.unit = docker, container, unit
+        self.rules = Patterns(rules) if rules else None
+        self.first_start = first_start
+
+    def log(self, running: bool | None) -> dict:
+        if not (self.container and self.rules):
+            return {}
+        return summarize(read_logs(self.docker, self.container), self.rules, rank=0, running=running)
+
+    def look(self, state: dict, waited_s: float) -> str:
+        """Why waiting longer cannot help ('' when it can). A closed port, the container running: loading."""
+        info = container_state(self.docker, self.container) if self.container else None
+        if info is not None and not info.get("Running") and info.get("Status") != "created":
+            log = self.log(False)
+            state["log"] = log
+            why = log.get("fatal") or log.get("last") or "no log line"
+            status, code = info.get("Status"), info.get("ExitCode")
+            return f"rank 0's container {self.container} is {status} (exit {code}): {why}"
+        if info is None and self.unit:
+            active, journal = unit_state(self.unit)
+            if active in ("failed", "inactive") and waited_s > 5:
+                return f"rank 0's unit {self.unit} is {active}; its journal:\n{journal}"
+            if active in ("active", "activating") and state["state"] == "down":
+                state["state"] = "starting"
+                state["detail"] = f"rank 0's unit {self.unit} runs; docker is creating its container"
+        if state["state"] == "down" and info is not None:
+            log = self.log(True)
+            state["log"] = log
+            running = float(seconds_since(str(info.get("StartedAt") or "")) or 0)
+            state["state"] = "loading"
+            state["detail"] = (
+                f"loading, {int(running // 60)} min of the ~{self.first_start} the first start takes"
+                + (f": {log['last']}" if log.get("last") else "")
             )
-    if unit:
-        active, journal = unit_state(unit)
-        if active in ("failed", "inactive"):
-            return f"rank 0's unit {unit} is {active}; its journal:\n{journal}"
-    return ""
+        return ""
 
 
-def wait(
-    client: Client,
-    model: str,
-    *,
-    wait_s: float,
-    interval_s: float,
-    container: str | None = None,
-    unit: str | None = None,
-    docker: str = "docker",
-) -> dict:
+def wait(client: Client, model: str, *, wait_s: float, interval_s: float, rank0: Rank0 | None = None) -> dict:
     start = time.monotonic()
     while True:
         state = probe(client, model)
         state["fatal"] = False
         if state["ready"]:
+            if rank0 is not None:
+                state["log"] = rank0.log(True)
+                if state["log"].get("ready"):
+                    state["detail"] += f"; {state['log']['ready']}"
             break
-        why = _fatal(state, container, unit, docker)
+        why = rank0.look(state, time.monotonic() - start) if rank0 is not None else ""
         if why:
             state.update(fatal=True, detail=why)
             break
@@ -313,9 +344,8 @@ def wait(
             break
         time.sleep(interval_s)
     state["waited_s"] = round(time.monotonic() - start, 1)
-    state["sparkfleet_progress"] = (
-        f"{state['state']}: {state['detail'].splitlines()[0] if state['detail'] else ''}"
-    )
+    first = state["detail"].splitlines()[0] if state["detail"] else ""
+    state["sparkfleet_progress"] = first if state["state"] == "loading" else f"{state['state']}: {first}"
     return state
 
 
@@ -492,12 +522,53 @@ def check_json_schema(client: Client, model: str) -> tuple[bool, str, str]:
     return True, content[:60], ""
 
 
+def check_auth(client: Client, model: str) -> tuple[bool, str, str]:
+    """A request without the key: the engine's 401 (code invalid_api_key, WWW-Authenticate: Bearer)."""
+    status, headers, doc = client.call("/v1/models", key=False)
+    www = next((v for k, v in headers.items() if k.lower() == "www-authenticate"), "")
+    err = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else {}
+    result = f"HTTP {status} without a key: {err.get('code') or _error_text(doc)[:60]}"
+    if status != 401:
+        return False, result, "the API answers without the key"
+    if err.get("code") != "invalid_api_key" or not www.lower().startswith("bearer"):
+        return False, result, f"not the engine's 401 (WWW-Authenticate {www!r})"
+    return True, result, ""
+
+
+def _refused(client: Client, body: dict, what: str) -> tuple[bool, str, str]:
+    status, doc = client.json("/v1/chat/completions", body)
+    if status == 400:
+        return True, f"HTTP 400: {_error_text(doc)[:80]}", ""
+    if status == 200:
+        return (
+            False,
+            "HTTP 200",
+            f"the engine took {what}, which its profile says it refuses (400): check the profile",
+        )
+    return False, f"HTTP {status}", _error_text(doc)
+
+
+def check_tool_refused(client: Client, model: str) -> tuple[bool, str, str]:
+    body = _chat_body(model, "What is the weather in Paris?", tools=[WEATHER_TOOL], tool_choice="required")
+    return _refused(client, body, "a forced tool call")
+
+
+def check_json_schema_refused(client: Client, model: str) -> tuple[bool, str, str]:
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA, "strict": True}}
+    return _refused(
+        client, _chat_body(model, "What is 17\u00d719?", response_format=fmt), "a JSON-schema output"
+    )
+
+
 CHECKS = {
     "models": ("model list", check_models),
+    "auth": ("no key, 401", check_auth),
     "chat": ("chat 17\u00d719", check_chat),
     "stream": ("streamed reply", check_stream),
     "tool": ("forced tool call", check_tool),
     "json_schema": ("JSON-schema output", check_json_schema),
+    "tool_refused": ("forced tool call, 400", check_tool_refused),
+    "json_schema_refused": ("JSON schema, 400", check_json_schema_refused),
 }
 
 
@@ -552,7 +623,9 @@ def main() -> None:
             "container": {"type": "str"},
             "unit": {"type": "str"},
             "docker": {"type": "str", "default": "docker"},
-            "checks": {"type": "list", "elements": "str", "default": list(CHECKS)},
+            "log_rules": {"type": "dict", "default": {}},
+            "first_start_minutes": {"type": "int", "default": 15},
+            "checks": {"type": "list", "elements": "str", "default": ["models", "chat", "stream"]},
         },
         supports_check_mode=True,
     )
@@ -570,17 +643,8 @@ def main() -> None:
         module.exit_json(changed=False, **probe(client, p["model"]))
     if p["action"] == "wait":
         docker = module.get_bin_path(p["docker"]) or p["docker"]
-        state = wait(
-            client,
-            p["model"],
-            wait_s=p["wait_s"],
-            interval_s=p["interval_s"],
-            container=p["container"],
-            unit=p["unit"],
-            docker=docker,
-        )
-        if state["fatal"]:
-            module.fail_json(msg=state["detail"], **{k: v for k, v in state.items() if k != "detail"})
+        rank0 = Rank0(docker, p["container"], p["unit"], p["log_rules"], p["first_start_minutes"])
+        state = wait(client, p["model"], wait_s=p["wait_s"], interval_s=p["interval_s"], rank0=rank0)
         module.exit_json(changed=False, msg=state["sparkfleet_progress"], **state)
     checks = verify(client, p["model"], p["checks"])
     lines = table(checks)

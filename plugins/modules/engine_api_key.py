@@ -6,17 +6,22 @@ DOCUMENTATION = r"""
 module: engine_api_key
 short_description: Generate the engine's API key once and keep it (and an optional credentials file) at 0600
 description:
-  - The key file holds accepted bearer keys, one per line (TensorFold's --api-key-file). When it holds
-    no key, one is generated with the C(secrets) module on this node; an existing key is never replaced.
-  - Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
+  - >-
+    The key file holds accepted bearer keys, one C(label: key) per line (TensorFold's --api-key-file, which
+    refuses a file group or others can read). When it holds no key, one is generated with the C(secrets)
+    module on this node and written as C(I(label): <key>); an existing key is never replaced.
+  - >-
+    Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
     C(~/ds1017/api/credentials.env) with C(SPARK_API_KEY)), mode 0600, in a 0700 directory.
-  - The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
+  - >-
+    The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
 options:
   path: {type: path, required: true, description: The key file.}
   owner: {type: str, default: root, description: Owner of the key file.}
   group: {type: str, default: root, description: Group of the key file.}
   prefix: {type: str, default: sk-sparkfleet-, description: Prefix of a generated key.}
   nbytes: {type: int, default: 32, description: Random bytes in a generated key.}
+  label: {type: str, default: sparkfleet, description: "The label of a generated key (logged by the engine)."}
   credentials_file: {type: path, description: Also write VAR=key here (empty = none).}
   credentials_var: {type: str, default: SPARK_API_KEY, description: Variable name in the credentials file.}
   credentials_owner: {type: str, description: Owner of the credentials file and its directory.}
@@ -46,7 +51,11 @@ import pwd
 import secrets
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.api_keys import KeyFileError, parse_key_file
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.api_keys import (
+    LABEL,
+    KeyFileError,
+    parse_key_file,
+)
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import read_text, write_atomic
 
 MIN_KEY_LENGTH = 16
@@ -121,6 +130,7 @@ def main() -> None:
             "group": {"type": "str", "default": "root"},
             "prefix": {"type": "str", "default": "sk-sparkfleet-"},
             "nbytes": {"type": "int", "default": 32},
+            "label": {"type": "str", "default": "sparkfleet"},
             "credentials_file": {"type": "path"},
             "credentials_var": {"type": "str", "default": "SPARK_API_KEY"},
             "credentials_owner": {"type": "str"},
@@ -131,6 +141,8 @@ def main() -> None:
     p = module.params
     check = module.check_mode
     path = p["path"]
+    if not LABEL.fullmatch(p["label"]):
+        module.fail_json(msg=f"label {p['label']!r}: 1-64 letters, digits, dots, underscores or hyphens")
     if p["nbytes"] < 16:
         module.fail_json(msg="nbytes must be at least 16 (128 bits)")
     try:
@@ -151,9 +163,8 @@ def main() -> None:
         key = new_key(p["prefix"], p["nbytes"])
         generated = changed = True
         if not check:
-            write_atomic(
-                path, f"# API keys of the sparkfleet engine, one per line\n{key}\n", 0o600, uid=uid, gid=gid
-            )
+            text = f"# API keys of the sparkfleet engine, `label: key` a line\n{p['label']}: {key}\n"
+            write_atomic(path, text, 0o600, uid=uid, gid=gid)
         keys = [key]
     elif needs_fix(path, uid, gid):
         changed = True

@@ -31,6 +31,17 @@ options:
   rank_file: {type: str, default: "", description: "The rank file; empty = the record's."}
   chat_template: {type: str, default: "", description: "The chat template; empty = the record's."}
   log_lines: {type: int, default: 3, description: "Last lines of a stopped container's log to report."}
+  log_rules:
+    type: dict
+    default: {}
+    description: "The engine profile's log lines (regular expressions): loading, serving (rank 0), following
+      (a worker), fatal (a list), progress. Empty: the log is not read."
+  rank: {type: int, default: 0, description: "This node's rank (rank 0 serves, the others follow it)."}
+  wait_for_start:
+    type: float
+    default: 0
+    description: "Seconds to wait until the container has logged that it loads (or serves, or follows rank 0)
+      or has stopped: what a rank that passed its argument checks does. 0: no wait. Waiting changes nothing."
 author: sparkfleet developers
 """
 
@@ -71,13 +82,26 @@ weights_paths:
   type: dict
   returned: always
 weights_missing: {description: which of weights_paths do not exist, type: list, returned: always}
+log:
+  description: "what the rank's own log says - phase (failed, serving, following, loading, starting,
+    stopped), ready (the serving or following line), fatal (the engine's message), loading, last (its
+    latest progress line)"
+  type: dict
+  returned: when log_rules is set
 """
 
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import GPU_KEY, read_cap
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs import (
+    Patterns,
+    read_logs,
+    seconds_since,
+    summarize,
+)
 
 # `docker run --gpus` needs the hook (nvidia-container-toolkit) or a registered nvidia runtime.
 GPU_RUNTIME_BINARIES = ("nvidia-container-runtime-hook",)
@@ -161,6 +185,7 @@ def parse_container(doc: dict | None, label: str) -> dict:
         "error": state.get("Error") or "",
         "oom_killed": bool(state.get("OOMKilled")),
         "started_at": state.get("StartedAt", ""),
+        "running_s": seconds_since(state.get("StartedAt", "")) if state.get("Running") else None,
         "finished_at": state.get("FinishedAt", ""),
         "image_id": doc.get("Image", ""),
         "labels": labels,
@@ -198,6 +223,20 @@ def weights_paths(record: dict | None, overrides: dict) -> dict:
     }
 
 
+def wait_started(docker: str, p: dict, inspect) -> None:
+    """Until the rank logged that it loads (it passed its argument and option checks) or stopped."""
+    rules = Patterns(p["log_rules"])
+    deadline = time.monotonic() + p["wait_for_start"]
+    while time.monotonic() < deadline:
+        container = parse_container(inspect("container", p["name"]), p["label"])
+        if container["exists"] and not container["running"] and container["status"] != "created":
+            return  # it stopped: its log says why
+        log = summarize(read_logs(docker, p["name"]), rules, rank=p["rank"], running=container["running"])
+        if container["exists"] and log["phase"] in ("loading", "serving", "following", "failed"):
+            return
+        time.sleep(0.5)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -214,6 +253,9 @@ def main() -> None:
             "rank_file": {"type": "str", "default": ""},
             "chat_template": {"type": "str", "default": ""},
             "log_lines": {"type": "int", "default": 3},
+            "log_rules": {"type": "dict", "default": {}},
+            "rank": {"type": "int", "default": 0},
+            "wait_for_start": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -231,6 +273,8 @@ def main() -> None:
         data = json.loads(stdout)
         return data[0] if data else None
 
+    if docker and p["wait_for_start"] > 0 and p["log_rules"]:
+        wait_started(docker, p, inspect)
     if docker:
         container = parse_container(inspect("container", p["name"]), p["label"])
         if out["docker"] and p["image"]:
@@ -242,6 +286,10 @@ def main() -> None:
             _, logs, errs = module.run_command([docker, "logs", "--tail", str(p["log_lines"]), p["name"]])
             container["log_tail"] = [ln for ln in (logs + errs).splitlines() if ln.strip()][-p["log_lines"] :]
         out["container"] = container
+        if p["log_rules"] and container["exists"] and not container.get("foreign"):
+            rules = Patterns(p["log_rules"])
+            lines = read_logs(docker, p["name"])
+            out["log"] = summarize(lines, rules, rank=p["rank"], running=container["running"])
     hook = any(module.get_bin_path(b) for b in GPU_RUNTIME_BINARIES)
     out["gpu_runtime"] = hook or nvidia_runtime_configured()
 

@@ -6,23 +6,35 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: host_status
-short_description: The TP3 recipe's `prep-sparks status` as data, and the reasons a node needs a reboot
+short_description: The TP3 recipe's `prep-sparks status` as data, its readiness table, and the reboot reasons
 description:
-  - Reads OS release, kernel and page size, NVIDIA driver, ConnectX-7 firmware, memory saver, THP, swap,
-    kernel command line, live sysctls and the clock caps sparkfleet configured, and checks each against
+  - >-
+    Reads OS release, kernel and page size, NVIDIA driver, board firmware (BIOS from DMI; SoC, EC and PD from
+    C(fwupdmgr get-devices --json)), ConnectX-7 firmware (C(fw_ver) of the RDMA devices), memory saver, THP,
+    swap, kernel command line, live sysctls and the clock caps sparkfleet configured, and checks each against
     I(expect). Every check has a status (C(ok), C(off), C(n/a)) and, when off, how to fix it.
-  - In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a), since
-    they describe the host's kernel, not the node.
-  - C(reboot_reasons) lists what only a reboot brings into effect - kernel arguments written to GRUB but not
-    in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
+  - >-
+    C(readiness) groups the checks a TP3 cluster needs before the engine may start (I(expect.ready_checks):
+    page size, memory saver, firmware, kernel pair), one entry per item, ready or not, with what is missing.
+    A check that cannot be read here (C(n/a)) leaves its item not ready (unverified is not ready).
+  - >-
+    In a container (I(container=true)) checks of the kernel and hardware that are off report C(n/a), as
+    they describe the host's kernel, not the node. The ConnectX-7 firmware read from a stand-in tree
+    (I(sysfs_root) other than /sys, the lab's) is the node's own and is checked.
+  - >-
+    C(reboot_reasons) lists what only a reboot brings into effect, i.e. kernel arguments written to GRUB
+    but not in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
     (/run/reboot-required).
-  - Changes nothing.
+  - >-
+    Changes nothing.
 options:
   expect:
     description: >-
       Expected values: os (dict distro id -> minimum version), kernel_min, page_size, driver_min,
-      cx7_firmware_min, memory_saver (bool), thp, swap_min_mib, swapfile, sysctl (dict), gpu_cap_mhz,
-      cpu_cap_mhz, cmdline_add (list), cmdline_remove (list), kernel_release (the 64K kernel, or null).
+      firmware_min (dict bios, soc, ec, pd, connectx7 -> minimum version), memory_saver (bool: required),
+      memory_saver_pairs and kernel_pairs (lists of {kernel, driver}), thp, swap_min_mib, swapfile,
+      sysctl (dict), gpu_cap_mhz, cpu_cap_mhz, cmdline_add (list), cmdline_remove (list),
+      kernel_release (the 64K kernel, or null), ready_checks (list).
     type: dict
     required: true
   container:
@@ -37,10 +49,18 @@ options:
     description: sparkfleet's runtime directory (a tmpfs).
     type: path
     default: /run/sparkfleet
+  sysfs_root:
+    description: Where the RDMA devices are read (/sys; the lab's stand-in tree elsewhere).
+    type: path
+    default: /sys
   nvidia_smi:
     description: The nvidia-smi executable.
     type: str
     default: nvidia-smi
+  fwupdmgr:
+    description: The fwupdmgr executable.
+    type: str
+    default: fwupdmgr
   root:
     description: Prefix of every file read (tests).
     type: path
@@ -63,8 +83,20 @@ checks:
   description: "Per check: check, value, expected, status (ok, off, n/a), fix."
   type: list
   returned: always
-off:
+"off":
   description: The checks that are off.
+  type: list
+  returned: always
+readiness:
+  description: "Per item of expect.ready_checks: item, ready (bool), missing (one line per check not ok)."
+  type: list
+  returned: always
+not_ready:
+  description: "One line per item and per missing check: '<item>: <what>' (empty when ready)."
+  type: list
+  returned: always
+readiness_report:
+  description: "One line per readiness item: 'ready      <item>' or 'NOT READY  <item>'."
   type: list
   returned: always
 reboot_reasons:
@@ -80,17 +112,14 @@ report:
 EXAMPLES = r"""
 - name: Read and check the host
   sparkfleet.cluster.host_status:
-    expect:
-      os: {ubuntu: "24.04"}
-      kernel_min: "6.11"
-      driver_min: 580.95.05
-      gpu_cap_mhz: 2300
-  register: status
+    expect: {os: {ubuntu: "24.04"}, kernel_min: "6.11", driver_min: "580.95.05"}
 """
 
 import re
+from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import clock_state
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
 
 # Checks that describe the kernel or the hardware: in a container that is the host's, not the node's.
@@ -98,12 +127,44 @@ HOST_BOUND = {
     "kernel",
     "page size",
     "kernel command line",
+    "BIOS firmware",
+    "SoC firmware",
+    "EC firmware",
+    "PD firmware",
     "ConnectX-7 firmware",
     "memory saver",
+    "kernel pair",
     "THP",
     "swap",
     "sysctl",
 }
+FIRMWARE = {  # component -> check name, where it is read, how to update it
+    "bios": (
+        "BIOS firmware",
+        "/sys/class/dmi/id/bios_version",
+        "the DGX OS firmware update (fwupdmgr update)",
+    ),
+    "soc": ("SoC firmware", "fwupdmgr get-devices", "the DGX OS firmware update (fwupdmgr update)"),
+    "ec": ("EC firmware", "fwupdmgr get-devices", "the DGX OS firmware update (fwupdmgr update)"),
+    "pd": (
+        "PD firmware",
+        "fwupdmgr get-devices",
+        "the DGX OS firmware update (fwupdmgr update), then unplug AC",
+    ),
+    "connectx7": (
+        "ConnectX-7 firmware",
+        "fw_ver of the RDMA devices",
+        "update the ConnectX-7 firmware (sudo fwupdmgr refresh && sudo fwupdmgr update, or NVIDIA's "
+        "mlxfwmanager), then power-cycle the Spark",
+    ),
+}
+READY_ITEMS = {  # readiness item -> the checks it needs
+    "page size": ("page size",),
+    "memory saver": ("memory saver", "swap"),
+    "firmware": tuple(name for name, _where, _fix in FIRMWARE.values()),
+    "kernel pair": ("kernel pair",),
+}
+HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -114,18 +175,51 @@ def at_least(value: str | None, minimum: str) -> bool:
     return value is not None and version_tuple(value) >= version_tuple(minimum)
 
 
+def _hex_dotted(text: str) -> tuple[int, ...]:
+    """fwupd's hex form of a Spark's board firmware, 0xAABBBBCC, as the dotted AA.BBBB.CC that DMI and
+    fwupd's other formats print (0x03000508 = 3.5.8, 0x02009b0b = 2.155.11, 0x00000516 = 0.5.22)."""
+    n = int(text, 16)
+    return ((n >> 24) & 0xFF, (n >> 8) & 0xFFFF, n & 0xFF)
+
+
+def firmware_at_least(value: str | None, minimum: str) -> bool | None:
+    """Whether a firmware version is at least the minimum; None when the two cannot be compared (another
+    vendor's format). Hex against hex compares the numbers, hex against dotted the dotted forms, anything
+    else only when both have the same shape (the same letters around the numbers, e.g. 5.36_0ACUM027)."""
+    if value is None:
+        return False
+    value, minimum = value.strip(), str(minimum).strip()
+    if HEX.match(value) and HEX.match(minimum):
+        return int(value, 16) >= int(minimum, 16)
+    if HEX.match(value) or HEX.match(minimum):
+        left = _hex_dotted(value) if HEX.match(value) else version_tuple(value)
+        right = _hex_dotted(minimum) if HEX.match(minimum) else version_tuple(minimum)
+        return left >= right if len(left) == len(right) else None
+    if re.sub(r"\d+", "#", value) != re.sub(r"\d+", "#", minimum):
+        return None
+    return version_tuple(value) >= version_tuple(minimum)
+
+
 def collect(module: AnsibleModule, p: dict) -> dict:
     node = NodeProbe(p["root"], kernel_release=p["kernel_release"], page_size=p["page_size"])
     expect = p["expect"]
     caps = node.clock_caps(p["state_dir"], p["run_dir"])
     reboot = node.reboot_required()
+    wanted_fw = expect.get("firmware_min") or {}
+    board = (
+        node.board_firmware(module, p["fwupdmgr"])
+        if {"soc", "ec", "pd"} & set(wanted_fw)
+        else {"versions": {}, "error": ""}
+    )
     return {
         "os": node.os_release(),
         "kernel": node.kernel_release(),
         "page_size": node.page_size(),
         "cmdline": node.cmdline(),
         "driver": node.driver_version(module, p["nvidia_smi"]),
-        "cx7_firmware": node.cx7_firmware(),
+        "firmware": {"bios": node.bios_version(), **board["versions"]},
+        "firmware_error": board["error"],
+        "cx7_firmware": node.cx7_firmware(p["sysfs_root"]),
         "nvidia_uvm_loaded": node.nvidia_uvm_loaded(),
         "memory_saver": node.memory_saver(),
         "thp": node.thp(),
@@ -133,6 +227,7 @@ def collect(module: AnsibleModule, p: dict) -> dict:
         "sysctl": {key: node.sysctl(key) for key in expect.get("sysctl") or {}},
         "gpu_cap_configured": caps["gpu_configured"],
         "gpu_cap_applied": caps["gpu_applied"],
+        "gpu_cap_verify": clock_state.read_verify(node.path(clock_state.verify_path(p["run_dir"]))),
         "cpu_cap_configured": caps["cpu_configured"],
         "reboot_required_file": reboot["required"],
         "reboot_required_pkgs": reboot["packages"],
@@ -143,19 +238,26 @@ def check(name: str, value: object, expected: object, ok: bool, fix: str) -> dic
     return {"check": name, "value": value, "expected": expected, "status": "ok" if ok else "off", "fix": fix}
 
 
-def checks(f: dict, expect: dict) -> list[dict]:
+def pair_listed(kernel: str, driver: str | None, pairs: list) -> bool:
+    return any(str(x.get("kernel")) == kernel and str(x.get("driver")) == str(driver) for x in pairs or [])
+
+
+def pairs_text(pairs: list) -> str:
+    return " or ".join(f"{x.get('kernel')} + driver {x.get('driver')}" for x in pairs or []) or "none listed"
+
+
+# ---- the checks, one function each: (facts, expect) -> list of checks -----------------------------------
+def c_os(f: dict, expect: dict) -> list[dict]:
+    wanted = expect.get("os") or {}
+    ok = f["os"]["id"] in wanted and at_least(f["os"]["version"], str(wanted[f["os"]["id"]]))
+    expected = " or ".join(f"{k} >= {v}" for k, v in wanted.items())
+    return [
+        check("OS release", f["os"]["name"], expected, ok, "install DGX OS 7 (Ubuntu 24.04) on this Spark")
+    ]
+
+
+def c_kernel(f: dict, expect: dict) -> list[dict]:
     out = []
-    wanted_os = expect.get("os") or {}
-    os_ok = f["os"]["id"] in wanted_os and at_least(f["os"]["version"], str(wanted_os[f["os"]["id"]]))
-    out.append(
-        check(
-            "OS release",
-            f["os"]["name"],
-            " or ".join(f"{k} >= {v}" for k, v in wanted_os.items()),
-            os_ok,
-            "install DGX OS 7 (Ubuntu 24.04) on this Spark",
-        )
-    )
     if expect.get("kernel_min"):
         out.append(
             check(
@@ -175,7 +277,8 @@ def checks(f: dict, expect: dict) -> list[dict]:
                 int(expect["page_size"]),
                 f["page_size"] == int(expect["page_size"]),
                 f"host_tuning_kernel_profile: {profile} in group_vars, then `sparkfleet host` "
-                "and `sparkfleet reboot`",
+                "and `sparkfleet reboot -e host_tuning_reboot=allowed` (getconf PAGESIZE must say "
+                f"{int(expect['page_size'])})",
             )
         )
     add, remove = expect.get("cmdline_add") or [], expect.get("cmdline_remove") or []
@@ -193,6 +296,11 @@ def checks(f: dict, expect: dict) -> list[dict]:
                 "`sparkfleet host` (writes the GRUB drop-in), then `sparkfleet reboot`",
             )
         )
+    return out
+
+
+def c_driver(f: dict, expect: dict) -> list[dict]:
+    out = []
     if expect.get("driver_min"):
         out.append(
             check(
@@ -203,36 +311,76 @@ def checks(f: dict, expect: dict) -> list[dict]:
                 "install the NVIDIA 580 driver of DGX OS (sudo apt full-upgrade), then `sparkfleet reboot`",
             )
         )
-    if expect.get("cx7_firmware_min"):
-        fw = f["cx7_firmware"]
-        low = [hca for hca, v in fw.items() if not at_least(v, str(expect["cx7_firmware_min"]))]
+    pairs = expect.get("kernel_pairs") or []
+    if pairs:
         out.append(
             check(
-                "ConnectX-7 firmware",
+                "kernel pair",
+                f"{f['kernel']} + driver {f['driver'] or 'not found'}",
+                pairs_text(pairs),
+                pair_listed(f["kernel"], f["driver"], pairs),
+                "run a validated kernel/driver pair (host_tuning_kernel_pairs; the 64K kernel and its "
+                "NVIDIA modules: host_tuning_kernel_64k_*), then `sparkfleet reboot`",
+            )
+        )
+    return out
+
+
+def c_firmware(f: dict, expect: dict) -> list[dict]:
+    out = []
+    for component, minimum in (expect.get("firmware_min") or {}).items():
+        if component not in FIRMWARE or minimum in (None, ""):
+            continue
+        name, where, fix = FIRMWARE[component]
+        if component == "connectx7":
+            fw = f["cx7_firmware"]
+            value = (
                 ", ".join(f"{k} {v}" for k, v in sorted(fw.items()))
-                or "no RDMA devices (mlx5_core not loaded?)",
-                f">= {expect['cx7_firmware_min']}",
-                bool(fw) and not low,
-                "update the ConnectX-7 firmware (sudo fwupdmgr refresh && sudo fwupdmgr update, or NVIDIA's "
-                "mlxfwmanager), then power-cycle the Spark",
+                or "no RDMA devices (mlx5_core not loaded?)"
             )
-        )
-    if expect.get("memory_saver") is not None:
-        value = {
-            True: "on (uvm_pack_sysmem_leaf_tables=Y)",
-            False: "off (uvm_pack_sysmem_leaf_tables=N)",
-        }.get(f["memory_saver"], "not available (nvidia_uvm lacks uvm_pack_sysmem_leaf_tables: stock module)")
-        wanted = bool(expect["memory_saver"])
-        out.append(
-            check(
-                "memory saver",
-                value,
-                "on" if wanted else "not required",
-                (f["memory_saver"] is True) if wanted else True,
-                "install the patched nvidia-uvm DKMS module of the TP3 recipe (memory saver), "
-                "then `sparkfleet reboot`",
+            verdicts = [firmware_at_least(v, minimum) for v in fw.values()]
+        else:
+            found = f["firmware"].get(component)
+            value = found or f"not readable ({f['firmware_error'] or where + ' gives nothing'})"
+            verdicts = [firmware_at_least(found, minimum)] if found else [False]
+        if any(v is None for v in verdicts):
+            fix = (
+                f"the version is in another format than {minimum!r}: set host_tuning_firmware_min."
+                f"{component} to this board's minimum in its own format (or remove the key), in "
+                "group_vars/all/host.yml"
             )
+        out.append(check(name, value, f">= {minimum}", bool(verdicts) and all(verdicts), fix))
+    return out
+
+
+def c_memory_saver(f: dict, expect: dict) -> list[dict]:
+    if expect.get("memory_saver") is None:
+        return []
+    wanted = bool(expect["memory_saver"])
+    value = {
+        True: "on (uvm_pack_sysmem_leaf_tables=Y)",
+        False: "off (uvm_pack_sysmem_leaf_tables=N)",
+    }.get(f["memory_saver"], "not available (nvidia_uvm lacks uvm_pack_sysmem_leaf_tables: stock module)")
+    pairs = expect.get("memory_saver_pairs") or []
+    validated = pair_listed(f["kernel"], f["driver"], pairs)
+    if wanted:
+        value += f"; {f['kernel']} + driver {f['driver'] or 'not found'} " + (
+            "is a validated pair" if validated else f"is not a validated pair ({pairs_text(pairs)})"
         )
+    return [
+        check(
+            "memory saver",
+            value,
+            "on, on a validated kernel/driver pair" if wanted else "not required",
+            (f["memory_saver"] is True and validated) if wanted else True,
+            "host_tuning_memory_saver_install: true (the patched nvidia-uvm DKMS module) on the pair it was "
+            "validated on (host_tuning_memory_saver_pairs), then `sparkfleet host` and `sparkfleet reboot`",
+        )
+    ]
+
+
+def c_memory(f: dict, expect: dict) -> list[dict]:
+    out = []
     if expect.get("thp"):
         out.append(
             check(
@@ -251,32 +399,45 @@ def checks(f: dict, expect: dict) -> list[dict]:
                 f"{s['active_mib']} MiB active ({', '.join(s['devices']) or 'none'})",
                 f">= {expect['swap_min_mib']} MiB (never swappiness 0)",
                 s["active_mib"] >= int(expect["swap_min_mib"]) * 0.98,
-                "`sparkfleet host` (makes and switches on the swapfile)",
+                "`sparkfleet host` (makes and switches on the swapfile for this kernel's page size)",
             )
         )
-    wanted_sysctl = expect.get("sysctl") or {}
-    if wanted_sysctl:
-        wrong = {k: v for k, v in f["sysctl"].items() if v != " ".join(str(wanted_sysctl[k]).split())}
+    wanted = expect.get("sysctl") or {}
+    if wanted:
+        wrong = {k: v for k, v in f["sysctl"].items() if v != " ".join(str(wanted[k]).split())}
         out.append(
             check(
                 "sysctl",
                 ", ".join(f"{k}={v}" for k, v in sorted(f["sysctl"].items())),
-                ", ".join(f"{k}={v}" for k, v in sorted(wanted_sysctl.items())),
+                ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())),
                 not wrong,
                 "`sparkfleet host` (the same values on every node: a rank with a different reserve exits)",
             )
         )
+    return out
+
+
+def c_clocks(f: dict, expect: dict) -> list[dict]:
+    out = []
     if expect.get("gpu_cap_mhz") is not None:
         want = int(expect["gpu_cap_mhz"])
-        conf, applied = f["gpu_cap_configured"], f["gpu_cap_applied"]
+        conf, applied, verify = f["gpu_cap_configured"], f["gpu_cap_applied"], f["gpu_cap_verify"]
+        value = (
+            f"configured {'never' if conf is None else conf} MHz, applied since boot "
+            f"{'nothing' if applied is None else f'{applied} MHz'}"
+        )
+        not_taken = bool(verify and verify["cap"] == applied and verify["result"] == "not-taken")
+        if not_taken:
+            value += f", NOT TAKEN (SM clock {verify['sm_mhz']} MHz right after -lgc)"
         out.append(
             check(
                 "GPU clock cap",
-                f"configured {'never' if conf is None else conf} MHz, applied since boot "
-                f"{'nothing' if applied is None else f'{applied} MHz'}",
+                value,
                 f"{want} MHz (0 = stock)",
-                conf == want and applied == want,
-                f"`sparkfleet clocks set {want}`" if want else "`sparkfleet clocks reset`",
+                conf == want and applied == want and not not_taken,
+                "the GPU ignored -lgc: check the clock under load and power-cycle the Spark at the wall"
+                if not_taken
+                else (f"`sparkfleet clocks set {want}`" if want else "`sparkfleet clocks reset`"),
             )
         )
     if expect.get("cpu_cap_mhz") is not None:
@@ -291,6 +452,60 @@ def checks(f: dict, expect: dict) -> list[dict]:
                 "`sparkfleet clocks set <GPU MHz> -e gpu_clocks_cpu_cap_mhz=N` or `sparkfleet clocks`",
             )
         )
+    return out
+
+
+CHECKS: tuple[Callable[[dict, dict], list[dict]], ...] = (
+    c_os,
+    c_kernel,
+    c_driver,
+    c_firmware,
+    c_memory_saver,
+    c_memory,
+    c_clocks,
+)
+
+
+def checks(f: dict, expect: dict) -> list[dict]:
+    return [c for fn in CHECKS for c in fn(f, expect)]
+
+
+def mark_container(results: list[dict], container: bool, sysfs_root: str) -> None:
+    """In a container, kernel and hardware checks that are off describe the host: n/a, not off."""
+    if not container:
+        return
+    own = set() if sysfs_root.rstrip("/") in ("", "/sys") else {"ConnectX-7 firmware"}  # the lab's stand-in
+    for c in results:
+        if c["check"] == "kernel command line":
+            c["status"] = "n/a"  # /proc/cmdline is the host's; the node's GRUB drop-in is checked by the role
+            c["fix"] = "a container boots no kernel of its own"
+        elif c["status"] == "off" and c["check"] in HOST_BOUND - own:
+            c["status"] = "n/a"
+            c["fix"] = "a container: this is the host's kernel or hardware, not the node's"
+
+
+def readiness(results: list[dict], expect: dict) -> list[dict]:
+    """One entry per readiness item: ready when every check it needs is ok (n/a is unverified: not ready)."""
+    by_name = {c["check"]: c for c in results}
+    out = []
+    for item in expect.get("ready_checks") or []:
+        if item == "memory saver" and not expect.get("memory_saver"):
+            out.append({"item": item, "ready": True, "missing": [], "note": "not required"})
+            continue
+        needed = [by_name[name] for name in READY_ITEMS.get(item, ()) if name in by_name]
+        missing = []
+        if not needed:
+            what = {
+                "firmware": "no minimums in host_tuning_firmware_min",
+                "kernel pair": "no validated pairs in host_tuning_kernel_pairs",
+            }.get(item, "nothing to check")
+            missing.append(f"{what}: nothing says this node is ready")
+        for c in needed:
+            if c["status"] == "ok":
+                continue
+            verb = "cannot be verified here" if c["status"] == "n/a" else "off"
+            missing.append(f"{c['check']} {verb}: {c['value']} (expected {c['expected']}); {c['fix']}")
+        out.append({"item": item, "ready": not missing, "missing": missing})
     return out
 
 
@@ -319,7 +534,9 @@ def main() -> None:
             "container": {"type": "bool", "default": False},
             "state_dir": {"type": "path", "default": "/var/lib/sparkfleet"},
             "run_dir": {"type": "path", "default": "/run/sparkfleet"},
+            "sysfs_root": {"type": "path", "default": "/sys"},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "fwupdmgr": {"type": "str", "default": "fwupdmgr"},
             "root": {"type": "path", "default": "/"},
             "kernel_release": {"type": "str"},
             "page_size": {"type": "int"},
@@ -329,13 +546,7 @@ def main() -> None:
     p = module.params
     facts = collect(module, p)
     results = checks(facts, p["expect"])
-    for c in results:
-        if p["container"] and c["check"] == "kernel command line":
-            c["status"] = "n/a"  # /proc/cmdline is the host's; the node's GRUB drop-in is checked by the role
-            c["fix"] = "a container boots no kernel of its own"
-        elif p["container"] and c["status"] == "off" and c["check"] in HOST_BOUND:
-            c["status"] = "n/a"
-            c["fix"] = "a container: this is the host's kernel or hardware, not the node's"
+    mark_container(results, p["container"], p["sysfs_root"])
     s = facts["swap"]
     swap_check = next((c for c in results if c["check"] == "swap"), None)
     if swap_check and p["container"] and s.get("swapfile_signature"):
@@ -347,11 +558,19 @@ def main() -> None:
         + ("" if c["status"] == "ok" else f" (expected {c['expected']}; {c['fix']})")
         for c in results
     ]
+    ready = readiness(results, p["expect"])
     module.exit_json(
         changed=False,
         facts=facts,
         checks=results,
         off=[c for c in results if c["status"] == "off"],
+        readiness=ready,
+        not_ready=[f"{r['item']}: {m}" for r in ready for m in r["missing"]],
+        readiness_report=[
+            f"{'ready' if r['ready'] else 'NOT READY':<9}  {r['item']}"
+            + (f" ({r['note']})" if r.get("note") else "")
+            for r in ready
+        ],
         reboot_reasons=reboot_reasons(facts, p["expect"], p["container"]),
         report=report,
     )

@@ -120,7 +120,11 @@ def apply(text: str, hunks: list[dict], reverse: bool = False) -> str:
             elif len(found) > 1:
                 raise PatchError(f"hunk {n} matches {len(found)} places")
         if at is None:
-            raise PatchError(f"hunk {n} does not match")
+            removed = [ln.rstrip("\n") for ln in old if ln.strip()]
+            kept = {x.rstrip("\n") for x in new}
+            changed = [ln for ln in removed if ln not in kept]
+            shown = " / ".join(repr(ln.strip()) for ln in (changed or removed)[:3])
+            raise PatchError(f"hunk {n}: the template does not contain the text it fixes: {shown}")
         lines[at : at + len(old)] = new
         offset += len(new) - len(old)
     return "".join(lines)
@@ -131,6 +135,12 @@ def run(params: dict, check_mode: bool = False) -> dict:
     try:
         with open(src) as fh:
             original = fh.read()
+    except FileNotFoundError:
+        raise PatchError(
+            f"the snapshot has no chat template {src}: the revision pinned in sparkfleet_pins.model has "
+            "none (model_weights_chat_template_file names it); set model_weights_chat_template_patch to '' "
+            "or pin a revision with the template the fix was written for"
+        ) from None
     except OSError as exc:
         raise PatchError(f"cannot read the chat template {src}: {exc}") from exc
     hunks = parse_patch(params["patch"])

@@ -1,5 +1,6 @@
-"""GPU clock caps on a live lab: set, re-run, show, reset, a latched GPU, and the engine left alone.
-The lab's nvidia-smi is the GB10 simulator (lab/sparkfleet_lab/sim/nvidia_smi.py)."""
+"""GPU clock caps on a live lab: set, re-run, show, reset, a latched GPU, a cap that does not take, the boot
+unit's order, and the engine left alone. The lab's nvidia-smi is the GB10 simulator
+(lab/sparkfleet_lab/sim/nvidia_smi.py); without a lock its SM clock floats at GB10's stock 2418 MHz."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 
 import pytest
 import yaml
+
+STOCK = 2418
 
 
 def smi(lab, host: str, query: str) -> str:
@@ -65,12 +68,63 @@ def show(lab, play) -> dict[str, list[str]]:
     return lines
 
 
-def test_the_inventory_cap_is_in_effect(lab):
+def node_file(lab, host: str, path: str) -> str:
+    return subprocess.run(
+        ["docker", "exec", lab.container(host), "cat", path], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def verify_record(lab, host: str) -> dict[str, str]:
+    text = node_file(lab, host, "/run/sparkfleet/clocks/gpu.verify")
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_the_inventory_cap_is_in_effect_and_was_checked(lab):
     cap = inventory_cap(lab)
     for host in lab.hosts:
         sm, persistence = (v.strip() for v in smi(lab, host, "clocks.sm,persistence_mode").split(","))
-        assert persistence == "Enabled"
-        assert (int(sm) < cap) if cap else int(sm) == 3003
+        assert (
+            persistence == "Disabled"
+        )  # -pm 1 only when gpu_clocks_persistence_mode asks (the receipts: no)
+        assert (int(sm) < cap) if cap else int(sm) == STOCK
+        record = verify_record(lab, host)
+        assert record["CAP"] == str(cap) and record["RESULT"] == ("held" if cap else "stock")
+
+
+def test_the_boot_unit_runs_after_persistenced_and_before_docker(lab):
+    for host in lab.hosts:
+        props = subprocess.run(
+            [
+                "docker",
+                "exec",
+                lab.container(host),
+                "systemctl",
+                "show",
+                "-p",
+                "After",
+                "-p",
+                "Before",
+                "-p",
+                "Wants",
+                "-p",
+                "Type",
+                "sparkfleet-clocks.service",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        values = dict(line.split("=", 1) for line in props.splitlines() if "=" in line)
+        assert "nvidia-persistenced.service" in values["After"].split()
+        assert "nvidia-persistenced.service" in values["Wants"].split()
+        assert "docker.service" in values["Before"].split() and values["Type"] == "oneshot"
+        docker_after = subprocess.run(
+            ["docker", "exec", lab.container(host), "systemctl", "show", "-p", "After", "docker.service"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "sparkfleet-clocks.service" in docker_after.split("=", 1)[1].split()  # what systemd loaded
 
 
 @pytest.mark.destructive
@@ -93,16 +147,17 @@ def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
         for host in lab.hosts:
             lines = report[host]
             assert lines[0] == "GPU cap: 2100 MHz, applied since this boot"
+            assert lines[1].startswith("GPU cap check: held: no SM clock sample above 2100 MHz")
             assert (
-                "NVIDIA GB10: SM 2080 MHz (max 3003 MHz), persistence Enabled, clock event reasons 0x"
-                in lines[1]
+                "NVIDIA GB10: SM 2080 MHz (max 3003 MHz), persistence Disabled, clock event reasons 0x"
+                in lines[2]
             )
             assert any(line.startswith("CPU cap:") for line in lines)
             assert not any("LATCHED" in line for line in lines)
 
         reset = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 0})
         assert reset.exit_code == 0, reset.failures
-        assert all(int(smi(lab, h, "clocks.sm")) == 3003 for h in lab.hosts)
+        assert all(int(smi(lab, h, "clocks.sm")) == STOCK for h in lab.hosts)
         assert {h: containers(lab, h) for h in lab.hosts} == engines  # `clocks set` restarts nothing
     finally:
         restore = play("playbooks/clocks.yml")
@@ -134,3 +189,51 @@ def test_show_flags_a_latched_gpu(lab, play):
         subprocess.run(
             ["docker", "exec", lab.container(host), "rm", "-f", "/run/nvidia-sim/latched"], check=True
         )
+
+
+@pytest.mark.destructive
+@pytest.mark.any_topology
+def test_a_cap_the_gpu_ignores_is_reported_not_taken(lab, play):
+    """The simulator's ignore-lock switch: -lgc answers success and the clock keeps floating (a GB10 that does
+    not pin): the run, `clocks show` and a re-run say NOT TAKEN, and the re-run does not loop."""
+    host = lab.hosts[-1]
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            lab.container(host),
+            "sh",
+            "-c",
+            "mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/ignore-lock",
+        ],
+        check=True,
+    )
+    try:
+        said: dict[str, str] = {}
+
+        def on_event(event: dict) -> None:
+            data = event.get("event_data", {})
+            if (
+                event.get("event") == "runner_on_ok"
+                and data.get("task") == "Report a GPU cap that did not take"
+            ):
+                said[data["host"]] = data["res"]["msg"]
+
+        first = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100}, on_event=on_event)
+        assert first.exit_code == 0, first.failures
+        assert set(said) == {host}, said  # only the GPU that ignored the lock
+        assert "NOT TAKEN" in said[host] and f"{STOCK} MHz" in said[host]
+        assert int(smi(lab, host, "clocks.sm")) == STOCK
+        assert verify_record(lab, host)["RESULT"] == "not-taken"
+        for other in lab.hosts[:-1]:
+            assert verify_record(lab, other)["RESULT"] == "held"
+        again = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
+        assert again.hosts[host].changed == 0  # reported again, not re-applied every run
+        report = show(lab, play)
+        assert any(line.startswith("GPU cap check: NOT TAKEN") for line in report[host])
+    finally:
+        subprocess.run(
+            ["docker", "exec", lab.container(host), "rm", "-f", "/run/nvidia-sim/ignore-lock"], check=True
+        )
+        restore = play("playbooks/clocks.yml")
+        assert restore.exit_code == 0, restore.failures

@@ -61,7 +61,7 @@ def test_host_tuning_files_and_state(lab, node):
     for host in lab.hosts:
         h = node(host)
         sysctl = h.file("/etc/sysctl.d/60-sparkfleet.conf").content_string
-        for line in ("vm.swappiness = 10", "vm.watermark_boost_factor = 0", "vm.min_free_kbytes = 1048576"):
+        for line in ("vm.swappiness = 10", "vm.watermark_boost_factor = 0", "vm.min_free_kbytes = 45166"):
             assert line in sysctl.splitlines(), (host, line)
         assert "vm.swappiness = 0" not in sysctl
         grub = h.file("/etc/default/grub.d/99-sparkfleet.cfg")
@@ -83,7 +83,8 @@ def test_host_tuning_files_and_state(lab, node):
         sig = sudo(node, host, f"dd if=/swap.sparkfleet bs=1 skip={page - 10} count=10 2>/dev/null")
         assert sig == "SWAPSPACE2"
         assert "/swap.sparkfleet none swap sw 0 0" in h.file("/etc/fstab").content_string
-        assert h.check_output("systemctl get-default") == "multi-user.target"
+        if lab.topology == "tp3":  # the TP3 inventory runs headless; TP2 leaves the boot target alone
+            assert h.check_output("systemctl get-default") == "multi-user.target"
 
 
 def test_earlyoom_runs_with_the_spec_arguments(lab, node):
@@ -150,9 +151,72 @@ def test_host_status_reports_every_check(lab, play):
         ):
             assert expected in checks, (expected, lines)
         assert any(line.startswith(" ok  NVIDIA driver: 580.") for line in lines)
+        # the lab's RDMA stand-in carries the receipts' ConnectX-7 firmware: checked, not waved through
+        assert any(line.startswith(" ok  ConnectX-7 firmware: roce") for line in lines), lines
+        # a container has no board firmware or memory saver of its own: not verifiable, so not ready
+        assert any(line.startswith("n/a  EC firmware") for line in lines), lines
+        assert "NOT READY  memory saver" in lines and "NOT READY  firmware" in lines
+    said = next(iter(events.results("Sum up the readiness before the engine").values()))["msg"]
+    assert said.startswith("not ready to run the engine: ") and all(h in said for h in lab.hosts)
+
+
+@pytest.mark.topology("tp3")
+def test_the_readiness_gate_names_each_node_and_missing_item(lab, play):
+    """TP3 on lab nodes: no memory saver, no board firmware of their own. Without the lab's override the gate
+    fails every node, one line per missing item; with it the run goes on and says the same as warnings."""
+    refused = play("playbooks/host_ready.yml", extravars={"host_tuning_ready_override": False})
+    assert refused.exit_code == 2
+    failed = {f.host for f in refused.failures}
+    assert failed == set(lab.hosts), refused.failures
+    for f in refused.failures:
+        text = f.msg if isinstance(f.msg, str) else " ".join(f.msg)
+        assert f"{f.host}: not ready for the engine: memory saver: " in text
+        assert f"{f.host}: not ready for the engine: firmware: EC firmware cannot be verified here" in text
+        assert "host_tuning_ready_override: true" in text
+    events = Events()
+    allowed = play("playbooks/host_ready.yml", on_event=events)  # the lab's inventory: override true
+    assert allowed.exit_code == 0, allowed.failures
+    warned = events.results("Start anyway, as host_tuning_ready_override says")
+    assert set(warned) == set(lab.hosts)
+    for host, res in warned.items():
         assert any(
-            line.startswith("n/a  ConnectX-7 firmware") for line in lines
-        )  # no ConnectX-7 in a container
+            f"{host}: NOT READY (host_tuning_ready_override is true): memory saver" in w
+            for w in map(str, res["warnings"])
+        )
+
+
+@pytest.mark.topology("tp2")
+def test_tp2_has_no_readiness_gate(lab, play):
+    events = Events()
+    result = play(
+        "playbooks/host_ready.yml", on_event=events, extravars={"host_tuning_ready_override": False}
+    )
+    assert result.exit_code == 0, result.failures
+    said = next(iter(events.results("Say what the readiness of this topology checks").values()))["msg"]
+    assert said.startswith("no readiness checks for tp2")
+
+
+@pytest.mark.topology("tp2")
+def test_the_tp2_head_keeps_its_desktop(lab, play, node):
+    """The TP2 inventory is not headless: a display manager and the graphical boot target stay as they are."""
+    host = lab.hosts[0]
+    before = docker_exec(lab, host, "systemctl", "get-default").stdout.strip()
+    _make_dummy_unit(lab, host, "gdm.service")
+    docker_exec(lab, host, "systemctl", "set-default", "graphical.target")
+    try:
+        events = Events()
+        result = play("playbooks/host.yml", tags="host_tuning", on_event=events)
+        assert result.exit_code == 0, result.failures
+        h = node(host)
+        assert h.service("gdm").is_running and h.service("gdm").is_enabled
+        assert h.check_output("systemctl get-default") == "graphical.target"
+        assert host in events.results("Say that the desktop stays")
+        assert changed(result)[host] == 0
+    finally:
+        docker_exec(lab, host, "systemctl", "disable", "--now", "gdm.service", check=False)
+        docker_exec(lab, host, "rm", "-f", "/usr/lib/systemd/system/gdm.service")
+        docker_exec(lab, host, "systemctl", "daemon-reload")
+        docker_exec(lab, host, "systemctl", "set-default", before)
 
 
 @pytest.mark.any_topology
@@ -175,18 +239,19 @@ def _make_dummy_unit(lab, host: str, name: str) -> None:
 
 
 @pytest.mark.destructive
-@pytest.mark.any_topology
+@pytest.mark.topology("tp3")  # the TP3 inventory is headless (host_tuning_headless: true)
 def test_present_services_are_disabled_and_masked(lab, play, node):
     host = lab.hosts[-1]
-    names = ("cups.service", "nvidia-nvme-interrupt-coalescing.service")
+    names = ("gdm.service", "cups.service", "nvidia-nvme-interrupt-coalescing.service")
     for name in names:
         _make_dummy_unit(lab, host, name)
     try:
         result = play("playbooks/host.yml", tags="host_tuning")
         assert result.exit_code == 0, result.failures
         h = node(host)
-        cups = h.service("cups")
-        assert not cups.is_running and not cups.is_enabled
+        for name in ("cups", "gdm"):  # the TP3 inventory runs headless: the display manager goes too
+            service = h.service(name)
+            assert not service.is_running and not service.is_enabled
         assert (
             h.check_output("systemctl is-enabled nvidia-nvme-interrupt-coalescing.service || true")
             == "masked"
@@ -341,8 +406,56 @@ def test_reboot_only_when_allowed_then_the_whole_cluster_together(lab, play):
                 lab, host, "nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"
             ).stdout
         )
-        assert sm < cap if cap else sm == 3003
+        assert sm < cap if cap else sm == 2418  # the simulator's stock GB10 clock
+        # the oneshot finished before the container runtime started (Before=docker.service)
+        clocks_done = int(
+            docker_exec(
+                lab,
+                host,
+                "systemctl",
+                "show",
+                "-p",
+                "ExecMainExitTimestampMonotonic",
+                "--value",
+                "sparkfleet-clocks",
+            ).stdout
+        )
+        docker_started = int(
+            docker_exec(
+                lab, host, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "docker"
+            ).stdout
+        )
+        assert 0 < clocks_done <= docker_started, (host, clocks_done, docker_started)
     # the engine does not restart by itself (--restart no): bring the cluster back as site.yml left it
     if engine_ran:
+        start = play("playbooks/start.yml")
+        assert start.exit_code == 0, start.failures
+
+
+@pytest.mark.destructive
+@pytest.mark.topology("tp3")
+def test_up_stops_before_the_engine_when_a_node_is_not_ready(lab, play):
+    """`sparkfleet up` (site.yml) without the lab's override: the readiness gate at the end of reboot.yml
+    fails every lab node (no memory saver, no board firmware of its own) and no play after it runs: the
+    engine stays down. The cluster is started again afterwards, as site.yml with the override left it."""
+    engine_ran = _engine_running(lab)
+    if engine_ran:
+        stop = play("playbooks/stop.yml")
+        assert stop.exit_code == 0, stop.failures
+    plays: set[str] = set()
+
+    def on_event(event: dict) -> None:
+        if event.get("event") == "playbook_on_play_start":
+            plays.add(str(event.get("event_data", {}).get("play", "")))
+
+    try:
+        result = play("site.yml", extravars={"host_tuning_ready_override": False}, on_event=on_event)
+        assert result.exit_code == 2
+        assert {f.task for f in result.failures} == {"Refuse to start the engine on a node that is not ready"}
+        assert {f.host for f in result.failures} == set(lab.hosts)
+        assert "Readiness of every node before the engine" in plays
+        assert not plays & {"Model weights", "Engine image", "Start the engine", "Clock caps"}, plays
+        assert not _engine_running(lab)
+    finally:
         start = play("playbooks/start.yml")
         assert start.exit_code == 0, start.failures

@@ -205,12 +205,22 @@ def _nccl_facts(play, tmp_path: Path, **extravars) -> tuple[object, Path]:
     return play(str(pb), extravars=extravars or None), out
 
 
-def test_without_rdma_devices_the_role_says_so_and_nccl_uses_sockets(lab, play, tmp_path):
+def _rendezvous(lab, plan: dict, host: str) -> tuple[str, str]:
+    """(MASTER_ADDR, NCCL_SOCKET_IFNAME) of a rank: TP2 on the cable, TP3 on the management network."""
+    if lab.topology == "tp2":
+        spark1 = next(i for i in plan["interfaces"][lab.hosts[0]] if i["rail"] == 1)
+        mine = next(i for i in plan["interfaces"][host] if i["subnet"] == spark1["subnet"])
+        return spark1["address"], mine["netdev"]
+    return lab.mgmt_ip(1), MGMT
+
+
+def test_without_rdma_devices_the_role_says_so_and_nccl_uses_sockets(lab, play, plan, tmp_path):
     r, out = _nccl_facts(play, tmp_path, network_links_sysfs_root="/nonexistent-sysfs")
     assert r.exit_code == 0, r.failures
     for host in lab.hosts:
         env = json.loads((out / f"{host}.json").read_text())["env"]
-        assert env == {"NCCL_SOCKET_IFNAME": MGMT, "MASTER_ADDR": lab.mgmt_ip(1), "NCCL_IB_DISABLE": "1"}
+        master, ifname = _rendezvous(lab, plan, host)
+        assert env == {"NCCL_SOCKET_IFNAME": ifname, "MASTER_ADDR": master, "NCCL_IB_DISABLE": "1"}
 
 
 def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
@@ -220,8 +230,9 @@ def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
     for host in lab.hosts:
         data = json.loads((out / f"{host}.json").read_text())
         env = data["env"]
-        assert env["MASTER_ADDR"] == lab.mgmt_ip(1)  # rank 0's management address
-        assert env["NCCL_SOCKET_IFNAME"] == MGMT
+        master, ifname = _rendezvous(lab, plan, host)
+        assert env["MASTER_ADDR"] == master == plan["master_addr"]
+        assert env["NCCL_SOCKET_IFNAME"] == ifname
         hcas = []
         for rail in sorted(
             plan["interfaces"][host], key=lambda i: (plan["ranks"][i["peer_host"]], i["rail"])
@@ -229,7 +240,15 @@ def test_nccl_environment_per_rank(lab, play, plan, tmp_path):
             hcas.append(rail["hca"])
         assert env["NCCL_IB_HCA"] == ",".join(hcas)
         assert env["NCCL_IB_GID_INDEX"] == "3"  # discovered from the stand-in, the same everywhere
-        tp3 = {"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_CROSS_NIC": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "24"}
+        tp3 = {
+            "NCCL_NET": "IB",
+            "NCCL_NET_PLUGIN": "none",
+            "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+            "NCCL_CROSS_NIC": "1",
+            "NCCL_P2P_DISABLE": "1",
+            "NCCL_SHM_DISABLE": "1",
+            "NCCL_IB_SUBNET_PREFIX_LEN": "24",
+        }
         if lab.topology == "tp3":
             assert tp3.items() <= env.items()
         else:

@@ -55,6 +55,9 @@ class Node:
     def persistence(self) -> str:
         return self.smi("--query-gpu=persistence_mode", "--format=csv,noheader").strip()
 
+    def verify(self) -> dict | None:
+        return gpu_mod.read_verify(str(self.run_dir / "sparkfleet/clocks/gpu.verify"))
+
     def restart(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)  # /run is a tmpfs
 
@@ -76,6 +79,8 @@ class Node:
             "nvidia_smi": str(self.bin / "nvidia-smi"),
             "state_file": str(self.state_dir / "gpu.conf"),
             "applied_file": str(self.run_dir / "sparkfleet/clocks/gpu.applied"),
+            "verify_file": str(self.run_dir / "sparkfleet/clocks/gpu.verify"),
+            "verify_interval_ms": 10,
         }
         if cap is not None:
             base["cap_mhz"] = cap
@@ -88,17 +93,71 @@ def node(tmp_path):
 
 
 # ---- the GPU module against the simulator ------------------------------------------------------------
+STOCK = 2418  # the simulator's GB10 SM clock without a lock
+
+
 def test_set_then_a_second_run_reports_no_change(node):
     first = node.gpu(2300)
     assert first["changed"] is True, first
-    assert first["commands"] == ["nvidia-smi -pm 1", "nvidia-smi -lgc 0,2300"]
+    assert first["commands"] == ["nvidia-smi -lgc 0,2300"]  # no -pm 1 unless asked: the receipts run without
     assert 2270 <= node.sm() < 2300
-    assert node.persistence() == "Enabled"
+    assert node.persistence() == "Disabled"
     assert "GPU_CLOCK_CAP_MHZ=2300\n" in (node.state_dir / "gpu.conf").read_text()
     assert first["gpus"][0]["sm_mhz"] == node.sm()
+    assert first["pinned"] is True and not first.get("warnings")
+    assert node.verify() == {"min": 0, "cap": 2300, "result": "held", "sm_mhz": node.sm()}
+    assert any(line.startswith("GPU cap check: held") for line in first["report"])
     second = node.gpu(2300)
     assert second["changed"] is False, second
     assert second["commands"] == []
+
+
+def test_the_lock_range_min_is_the_inventorys_and_a_new_min_re_applies(node):
+    first = node.gpu(2200, min_mhz=300)
+    assert first["commands"] == ["nvidia-smi -lgc 300,2200"]  # Bizuayeu's unit: -lgc 300,2200
+    assert node.gpu(2200, min_mhz=300)["changed"] is False
+    moved = node.gpu(2200, min_mhz=0)
+    assert moved["changed"] is True and moved["commands"] == ["nvidia-smi -lgc 0,2200"]
+    assert "lock range was 300,2200" in moved["reasons"][0]
+    assert node.gpu(2200, min_mhz=2200)["failed"] is True  # min must sit under the cap
+
+
+def test_persistence_mode_is_optional_and_its_failure_only_a_warning(node):
+    on = node.gpu(2300, persistence_mode=True)
+    assert on["commands"] == ["nvidia-smi -pm 1", "nvidia-smi -lgc 0,2300"]
+    assert node.persistence() == "Enabled"
+    node.restart()
+    refusing = node.bin / "no-pm-smi"
+    refusing.write_text(
+        '#!/bin/sh\ncase "$1" in -pm) echo "Unable to set persistence mode for GPU 0000000F:01:00.0: '
+        'Not Supported"; exit 3;; esac\nexec "$(dirname "$0")/nvidia-smi" "$@"\n'
+    )
+    refusing.chmod(0o755)
+    result = node.gpu(2300, persistence_mode=True, nvidia_smi=str(refusing))
+    assert result.get("failed") is not True, result
+    assert result["changed"] is True and node.sm() < 2300  # the cap is set anyway
+    assert "persistence mode not enabled" in json.dumps(result["warnings"])
+
+
+def test_a_cap_that_does_not_take_is_reported_and_not_retried_every_run(node):
+    node.sim_dir.mkdir(parents=True)
+    node.sim_dir.joinpath("ignore-lock").touch()  # -lgc answers success, the clock keeps floating
+    first = node.gpu(2300)
+    assert first["changed"] is True and first["commands"] == ["nvidia-smi -lgc 0,2300"]
+    assert node.sm() == STOCK > 2300
+    assert first["pinned"] is False
+    assert node.verify() == {"min": 0, "cap": 2300, "result": "not-taken", "sm_mhz": STOCK}
+    assert "the cap did not take" in json.dumps(first["warnings"])
+    assert any(line.startswith("GPU cap check: NOT TAKEN") for line in first["report"])
+    second = node.gpu(2300)  # re-running -lgc would not help: report, do not loop
+    assert second["changed"] is False and second["pinned"] is False
+    assert "the cap did not take" in json.dumps(second["warnings"])
+    shown = node.gpu(state="query")
+    assert shown["pinned"] is False and any("NOT TAKEN" in line for line in shown["report"])
+    node.sim_dir.joinpath("ignore-lock").unlink()
+    node.restart()  # the next boot: the GPU honours the lock again
+    fixed = node.gpu(2300)
+    assert fixed["changed"] is True and fixed["pinned"] is True and node.sm() < 2300
 
 
 def test_check_mode_reports_the_change_and_changes_nothing(node):
@@ -110,6 +169,7 @@ def test_check_mode_reports_the_change_and_changes_nothing(node):
     assert dry["diff"]["after"].endswith("GPU_CLOCK_CAP_MHZ=2100\n")
     assert 2270 <= node.sm() < 2300
     assert "GPU_CLOCK_CAP_MHZ=2300" in (node.state_dir / "gpu.conf").read_text()
+    assert node.verify()["cap"] == 2300
     assert node.gpu(2300, check=True)["changed"] is False
 
 
@@ -120,32 +180,33 @@ def test_change_cap_and_reset_to_stock(node):
     assert 2060 <= node.sm() < 2100  # SPEC: 2100 lands at ~2080
     reset = node.gpu(0)
     assert reset["changed"] and reset["commands"] == ["nvidia-smi -rgc"]
-    assert node.sm() == 3003
+    assert node.sm() == STOCK and reset["pinned"] is None
+    assert node.verify()["result"] == "stock"
     assert "GPU_CLOCK_CAP_MHZ=0\n" in (node.state_dir / "gpu.conf").read_text()
     assert node.gpu(0)["changed"] is False
 
 
 def test_cap_is_reapplied_after_a_restart(node):
-    node.gpu(2300)
+    node.gpu(2300, persistence_mode=True)
     node.restart()
-    assert node.sm() == 3003 and node.persistence() == "Disabled"  # lost, as on a real reboot
+    assert node.sm() == STOCK and node.persistence() == "Disabled"  # lost, as on a real reboot
     query = node.gpu(state="query")
     assert query["cap_mhz"] == 2300 and query["applied"] is None and query["in_effect"] is False
-    again = node.gpu(2300)
+    again = node.gpu(2300, persistence_mode=True)
     assert again["changed"] is True
     assert again["reasons"][-1] == "no cap applied since this boot"
     assert again["commands"] == ["nvidia-smi -pm 1", "nvidia-smi -lgc 0,2300"]
     assert node.sm() < 2300
-    assert node.gpu(2300)["changed"] is False
+    assert node.gpu(2300, persistence_mode=True)["changed"] is False
 
 
 def test_a_lost_lock_is_detected_by_the_running_clock(node):
     node.gpu(2300)
-    node.smi("-rgc")  # e.g. a GPU reset after a hang: the marker still says 2300
+    node.smi("-rgc")  # e.g. a GPU reset after a hang: the marker still says 2300, and it took before
     result = node.gpu(2300)
     assert result["changed"] is True
     assert "above the cap" in result["reasons"][0]
-    assert node.sm() < 2300
+    assert node.sm() < 2300 and result["pinned"] is True
 
 
 def test_query_reports_and_flags_a_latched_gpu(node):
@@ -193,8 +254,26 @@ def test_an_nvidia_smi_error_fails_with_its_output(node):
 def test_parse_and_plan_are_pure():
     gpus = gpu_mod.parse_gpus("0, NVIDIA GB10, Enabled, 855, 3003, 0x0000000000000000\n", 1000)
     assert gpus[0]["latched"] is True and gpus[0]["event_reason_names"] == []
-    todo = gpu_mod.plan(2300, gpus, configured=2300, applied=2300, persistence=True)
+    no_pm = gpu_mod.parse_gpus("0, NVIDIA GB10, Disabled, 2288, 3003, 0x0000000000000003\n", 1000)
+    todo = gpu_mod.plan(2300, no_pm, configured=2300, applied=2300, persistence=True)
+    assert todo == {
+        "commands": [["-pm", "1"]],
+        "write_state": False,
+        "reasons": ["persistence mode is disabled"],
+    }
+    todo = gpu_mod.plan(2300, gpus, configured=2300, applied=2300, persistence=False)
     assert todo == {"commands": [], "write_state": False, "reasons": []}
+    over = gpu_mod.parse_gpus("0, NVIDIA GB10, Disabled, 2418, 3003, 0x0000000000000001\n", 1000)
+    held = {"min": 0, "cap": 2300, "result": "held", "sm_mhz": 2288}
+    not_taken = {**held, "result": "not-taken", "sm_mhz": 2418}
+    relock = gpu_mod.plan(2300, over, configured=2300, applied=2300, persistence=False, verify=held)
+    assert relock["commands"] == [["-lgc", "0,2300"]]  # it took before: the lock was lost
+    assert gpu_mod.plan(2300, over, 2300, 2300, False, verify=not_taken)["commands"] == []
+    assert gpu_mod.plan(2300, over, 2300, 2300, False, min_mhz=300, verify=not_taken)["commands"] == [
+        ["-lgc", "300,2300"]
+    ]
+    assert gpu_mod.verdict(2300, [2288, 2301]) == "not-taken"
+    assert gpu_mod.verdict(2300, [2288, 2300]) == "held" and gpu_mod.verdict(0, [2418]) == "stock"
     todo = gpu_mod.plan(0, gpus, configured=None, applied=None, persistence=True)
     assert todo["commands"] == [["-rgc"]] and todo["write_state"] is True
     with pytest.raises(gpu_mod.ClockError):
@@ -277,52 +356,94 @@ def render(template: str, **overrides: object) -> str:
     return env.from_string((ROLE / "templates" / template).read_text()).render(**values)
 
 
+def boot_script(node: Node, tmp_path: Path, cpufreq: Path, **overrides: object) -> Path:
+    script = tmp_path / "sparkfleet-clocks"
+    script.write_text(
+        render(
+            "sparkfleet-clocks.sh.j2",
+            **{
+                "gpu_clocks_state_dir": str(node.state_dir),
+                "gpu_clocks_run_dir": str(node.run_dir / "sparkfleet/clocks"),
+                "gpu_clocks_cpufreq_root": str(cpufreq),
+                "gpu_clocks_nvidia_smi": str(node.bin / "nvidia-smi"),
+                "gpu_clocks_verify_interval_ms": 10,
+                **overrides,
+            },
+        )
+    )
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    return script
+
+
 def test_boot_script_reapplies_the_caps_after_a_restart(node, tmp_path):
     cpufreq = make_cpufreq(tmp_path)
     node.gpu(2300)
     cpu(node, cpufreq, 3600)
     node.restart()
     (cpufreq / "policy0/scaling_max_freq").write_text("3900000\n")  # the kernel boots at stock
-    script = tmp_path / "sparkfleet-clocks"
-    script.write_text(
-        render(
-            "sparkfleet-clocks.sh.j2",
-            gpu_clocks_state_dir=str(node.state_dir),
-            gpu_clocks_run_dir=str(node.run_dir / "sparkfleet/clocks"),
-            gpu_clocks_cpufreq_root=str(cpufreq),
-            gpu_clocks_nvidia_smi=str(node.bin / "nvidia-smi"),
-        )
-    )
-    subprocess.run(["sh", "-n", str(script)], check=True)
+    script = boot_script(node, tmp_path, cpufreq)
     proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "GPU cap 2300 MHz applied" in proc.stdout
-    assert node.sm() < 2300 and node.persistence() == "Enabled"
+    assert node.sm() < 2300 and node.persistence() == "Disabled"  # -pm 1 only when asked
+    assert node.verify() == {"min": 0, "cap": 2300, "result": "held", "sm_mhz": node.sm()}
     assert (cpufreq / "policy0/scaling_max_freq").read_text().strip() == "3600000"
     assert node.gpu(2300)["changed"] is False  # the module sees the boot unit's work
 
 
+def test_boot_script_runs_the_inventorys_range_and_says_when_the_cap_does_not_take(node, tmp_path):
+    node.gpu(2200, min_mhz=300)
+    node.restart()
+    node.sim_dir.mkdir(parents=True)
+    node.sim_dir.joinpath("ignore-lock").touch()
+    script = boot_script(node, tmp_path, tmp_path / "none", gpu_clocks_min_mhz=300)
+    proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr  # reported, not a failed boot
+    assert "WARNING: nvidia-smi -lgc 300,2200 answered success" in proc.stderr
+    assert node.verify() == {"min": 300, "cap": 2200, "result": "not-taken", "sm_mhz": STOCK}
+    result = node.gpu(2200, min_mhz=300)  # the module reads the boot's verdict: no re-apply loop
+    assert result["changed"] is False and result["pinned"] is False
+
+
+def test_boot_script_persistence_failure_is_not_fatal(node, tmp_path):
+    node.gpu(2300)
+    node.restart()
+    refusing = node.bin / "no-pm-smi"
+    refusing.write_text(
+        '#!/bin/sh\ncase "$1" in -pm) exit 3;; esac\nexec "$(dirname "$0")/nvidia-smi" "$@"\n'
+    )
+    refusing.chmod(0o755)
+    script = boot_script(
+        node,
+        tmp_path,
+        tmp_path / "none",
+        gpu_clocks_persistence_mode=True,
+        gpu_clocks_nvidia_smi=str(refusing),
+    )
+    proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "persistence mode not enabled (going on)" in proc.stderr and node.sm() < 2300
+
+
 def test_boot_script_retries_then_fails_when_the_driver_never_comes(node, tmp_path):
     node.gpu(2300)
-    script = tmp_path / "sparkfleet-clocks"
-    script.write_text(
-        render(
-            "sparkfleet-clocks.sh.j2",
-            gpu_clocks_state_dir=str(node.state_dir),
-            gpu_clocks_run_dir=str(node.run_dir / "sparkfleet/clocks"),
-            gpu_clocks_cpufreq_root=str(tmp_path / "none"),
-            gpu_clocks_nvidia_smi="/bin/false",
-            gpu_clocks_boot_retries=3,
-            gpu_clocks_boot_retry_delay_s=0,
-        )
+    script = boot_script(
+        node,
+        tmp_path,
+        tmp_path / "none",
+        gpu_clocks_nvidia_smi="/bin/false",
+        gpu_clocks_boot_retries=3,
+        gpu_clocks_boot_retry_delay_s=0,
     )
     proc = subprocess.run(["sh", str(script)], env=node.env, capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert proc.stderr.count("not ready") == 2 and "not applied after 3 tries" in proc.stderr
 
 
-def test_boot_unit_orders_after_persistenced():
+def test_boot_unit_orders_after_persistenced_and_before_docker():
     unit = render("sparkfleet-clocks.service.j2")
     assert "After=nvidia-persistenced.service systemd-modules-load.service\n" in unit
     assert "Wants=nvidia-persistenced.service\n" in unit
-    assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
+    assert "Before=docker.service\n" in unit  # the engine's containers never start uncapped
+    assert "Type=oneshot" in unit and "RemainAfterExit=yes" in unit and "WantedBy=multi-user.target" in unit
+    assert "Before=" not in render("sparkfleet-clocks.service.j2", gpu_clocks_boot_before=[])

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
 from ansible.plugins.test.core import TestModule as AnsibleTests
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import node as node_mod
 from ansible_collections.sparkfleet.cluster.plugins.modules import grub_entry as grub_mod
 from ansible_collections.sparkfleet.cluster.plugins.modules import host_status as status_mod
 
@@ -190,13 +191,25 @@ def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
 
 
 # ---- sparkfleet_host_status ------------------------------------------------------------------------------
+# A prepared TP3 Spark as the public three-Spark receipts have it (christopherowen/spark-ds41f): the 64K
+# kernel 7.0.0-1019-nvidia-64k with driver 580.178.04, the memory saver on, its firmware identities.
+KERNEL_64K = "7.0.0-1019-nvidia-64k"
+DRIVER = "580.178.04"
 EXPECT = {
     "os": {"ubuntu": "24.04"},
     "kernel_min": "6.11",
     "page_size": 65536,
     "driver_min": "580.95.05",
-    "cx7_firmware_min": "28.45.1020",
+    "firmware_min": {
+        "bios": "5.36_0ACUM027",
+        "soc": "0x02009b0b",
+        "ec": "0x03000508",
+        "pd": "0x00000516",
+        "connectx7": "28.45.4028",
+    },
     "memory_saver": True,
+    "memory_saver_pairs": [{"kernel": KERNEL_64K, "driver": DRIVER}],
+    "kernel_pairs": [{"kernel": KERNEL_64K, "driver": DRIVER}],
     "thp": "never",
     "swap_min_mib": 16384,
     "swapfile": "/swap.sparkfleet",
@@ -205,8 +218,36 @@ EXPECT = {
     "cpu_cap_mhz": 0,
     "cmdline_add": ["kho=off"],
     "cmdline_remove": ["splash"],
-    "kernel_release": "7.0.0-1004-nvidia-64k",
+    "kernel_release": KERNEL_64K,
+    "ready_checks": ["page size", "memory saver", "firmware", "kernel pair"],
 }
+# What `fwupdmgr get-devices --json` lists for a Spark's board firmware (fwupd's hex version form)
+FWUPD_READY = {
+    "Devices": [
+        {"Name": "Embedded Controller", "Version": "0x03000508", "Plugin": "uefi_capsule"},
+        {"Name": "UEFI Device Firmware", "Version": "0x02009b0b", "Plugin": "uefi_capsule"},
+        {"Name": "USB Power Delivery Controller", "Version": "0x00000516", "Plugin": "uefi_capsule"},
+        {"Name": "NVMe SSD", "Version": "1.0"},
+    ]
+}
+FWUPD_OLD = {
+    "Devices": [
+        {"Name": "Embedded Controller", "Version": "0x03000302"},
+        {"Name": "UEFI Device Firmware", "Version": "0x0200980f"},
+        {"Name": "USB Power Delivery Controller", "Version": "0x00000507"},
+    ]
+}
+
+
+def fake_fwupdmgr(tmp: Path, devices: dict | None) -> Path:
+    """An fwupdmgr that prints `devices` for `get-devices --json` (None: the daemon does not answer)."""
+    path = tmp / "fwupdmgr"
+    if devices is None:
+        path.write_text("#!/bin/sh\necho 'Failed to connect to daemon' >&2\nexit 1\n")
+    else:
+        path.write_text(f"#!/bin/sh\ncat <<'JSON'\n{json.dumps(devices)}\nJSON\n")
+    path.chmod(0o755)
+    return path
 
 
 def spark_root(tmp: Path, ready: bool) -> Path:
@@ -220,9 +261,10 @@ def spark_root(tmp: Path, ready: bool) -> Path:
 
     put("/etc/os-release", 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nVERSION_ID="24.04"\n')
     put("/proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet " + ("kho=off" if ready else "splash") + "\n")
-    put("/sys/module/nvidia/version", "580.95.05\n")
+    put("/sys/module/nvidia/version", (DRIVER if ready else "580.95.05") + "\n")
+    put("/sys/class/dmi/id/bios_version", ("5.36_0ACUM027" if ready else "5.36_0ACUM023") + "\n")
     for hca in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"):
-        put(f"/sys/class/infiniband/{hca}/fw_ver", ("28.45.1020" if ready else "28.39.2048") + "\n")
+        put(f"/sys/class/infiniband/{hca}/fw_ver", ("28.45.4028" if ready else "28.39.2048") + "\n")
     put("/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables", "Y\n" if ready else "N\n")
     put(
         "/sys/kernel/mm/transparent_hugepage/enabled",
@@ -236,17 +278,18 @@ def spark_root(tmp: Path, ready: bool) -> Path:
     put("/var/lib/sparkfleet/clocks/gpu.conf", "# x\nGPU_CLOCK_CAP_MHZ=2300\n")
     if ready:
         put("/run/sparkfleet/clocks/gpu.applied", "2300\n")
+        put("/run/sparkfleet/clocks/gpu.verify", "MIN=0\nCAP=2300\nRESULT=held\nSM_MHZ=2288\n")
     else:
         put("/run/reboot-required", "*** System restart required ***\n")
-        put("/run/reboot-required.pkgs", "linux-image-7.0.0-1004-nvidia-64k\n")
+        put("/run/reboot-required.pkgs", f"linux-image-{KERNEL_64K}\n")
     return root
 
 
-def status(tmp_path, root, kernel, page_size, container=False):
+def status(tmp_path, root, kernel, page_size, *, container=False, expect=None, fwupd=FWUPD_READY, **args):
     return run_module(
         ROOT / "plugins/modules/host_status.py",
         tmp_path,
-        expect=EXPECT,
+        expect=expect or EXPECT,
         root=str(root),
         container=container,
         kernel_release=kernel,
@@ -254,25 +297,59 @@ def status(tmp_path, root, kernel, page_size, container=False):
         state_dir="/var/lib/sparkfleet",  # under root
         run_dir="/run/sparkfleet",
         nvidia_smi=str(tmp_path / "no-nvidia-smi"),
+        fwupdmgr=str(fake_fwupdmgr(tmp_path, fwupd)),
+        **args,
     )
 
 
-def test_status_of_a_prepared_spark_is_all_ok(tmp_path):
-    result = status(tmp_path, spark_root(tmp_path, ready=True), "7.0.0-1004-nvidia-64k", 65536)
+def test_status_of_a_prepared_spark_is_all_ok_and_ready(tmp_path):
+    result = status(tmp_path, spark_root(tmp_path, ready=True), KERNEL_64K, 65536)
     assert result["changed"] is False
     assert [c["check"] for c in result["off"]] == []
-    assert len(result["checks"]) == 12
+    assert [c["check"] for c in result["checks"]] == [
+        "OS release",
+        "kernel",
+        "page size",
+        "kernel command line",
+        "NVIDIA driver",
+        "kernel pair",
+        "BIOS firmware",
+        "SoC firmware",
+        "EC firmware",
+        "PD firmware",
+        "ConnectX-7 firmware",
+        "memory saver",
+        "THP",
+        "swap",
+        "sysctl",
+        "GPU clock cap",
+        "CPU clock cap",
+    ]
     assert result["reboot_reasons"] == []
-    assert result["facts"]["cx7_firmware"]["rocep1s0f0"] == "28.45.1020"
+    assert result["facts"]["cx7_firmware"]["rocep1s0f0"] == "28.45.4028"
+    assert result["facts"]["firmware"] == {
+        "bios": "5.36_0ACUM027",
+        "ec": "0x03000508",
+        "soc": "0x02009b0b",
+        "pd": "0x00000516",
+    }
     assert all(line.startswith(" ok  ") for line in result["report"])
+    assert [r["item"] for r in result["readiness"] if r["ready"]] == EXPECT["ready_checks"]
+    assert result["not_ready"] == []
+    assert result["readiness_report"][0] == "ready      page size"
 
 
 def test_status_of_a_fresh_spark_says_what_is_off_and_how_to_fix_it(tmp_path):
-    result = status(tmp_path, spark_root(tmp_path, ready=False), "6.11.0-1016-nvidia", 4096)
+    result = status(tmp_path, spark_root(tmp_path, ready=False), "6.11.0-1016-nvidia", 4096, fwupd=FWUPD_OLD)
     off = {c["check"]: c for c in result["off"]}
     assert set(off) == {
         "page size",
         "kernel command line",
+        "kernel pair",
+        "BIOS firmware",
+        "SoC firmware",
+        "EC firmware",
+        "PD firmware",
         "ConnectX-7 firmware",
         "memory saver",
         "THP",
@@ -283,28 +360,152 @@ def test_status_of_a_fresh_spark_says_what_is_off_and_how_to_fix_it(tmp_path):
     assert "host_tuning_kernel_profile: 64k" in off["page size"]["fix"]
     assert "fwupdmgr" in off["ConnectX-7 firmware"]["fix"]
     assert off["kernel command line"]["value"] == "splash"
+    assert off["EC firmware"]["value"] == "0x03000302" and off["EC firmware"]["expected"] == ">= 0x03000508"
     assert "applied since boot nothing" in off["GPU clock cap"]["value"]
     assert "sparkfleet clocks set 2300" in off["GPU clock cap"]["fix"]
+    assert "is not a validated pair" in off["memory saver"]["value"]
     reasons = result["reboot_reasons"]
     assert any("kho=off missing" in r and "splash still present" in r for r in reasons)
-    assert any("64K kernel 7.0.0-1004-nvidia-64k" in r for r in reasons)
-    assert any("linux-image-7.0.0-1004-nvidia-64k asked for a reboot" in r for r in reasons)
+    assert any(f"64K kernel {KERNEL_64K}" in r for r in reasons)
+    assert any(f"linux-image-{KERNEL_64K} asked for a reboot" in r for r in reasons)
     assert any(line.startswith("off  memory saver: off") for line in result["report"])
+    # the readiness table: every item not ready, one line per missing check
+    assert [r["item"] for r in result["readiness"] if not r["ready"]] == EXPECT["ready_checks"]
+    lines = result["not_ready"]
+    assert lines[0].startswith("page size: page size off: 4096 (expected 65536)")
+    assert sum(line.startswith("firmware: ") for line in lines) == 5  # BIOS, SoC, EC, PD, ConnectX-7
+    assert sum(line.startswith("memory saver: ") for line in lines) == 2  # the module parameter and swap
+    assert any(
+        line.startswith("kernel pair: kernel pair off: 6.11.0-1016-nvidia + driver 580.95.05")
+        for line in lines
+    )
+
+
+def test_page_size_and_module_parameter_each_decide_readiness(tmp_path):
+    root = spark_root(tmp_path, ready=True)
+    on_4k = status(tmp_path, root, KERNEL_64K, 4096)  # a 64K kernel's name, 4 KiB pages: not ready
+    assert [r["item"] for r in on_4k["readiness"] if not r["ready"]] == ["page size"]
+    (root / "sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables").write_text("N\n")
+    packing_off = status(tmp_path, root, KERNEL_64K, 65536)
+    assert [r["item"] for r in packing_off["readiness"] if not r["ready"]] == ["memory saver"]
+    assert "uvm_pack_sysmem_leaf_tables=N" in packing_off["not_ready"][0]
+    (root / "sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables").unlink()  # a stock nvidia-uvm
+    stock = status(tmp_path, root, KERNEL_64K, 65536)
+    assert "stock module" in stock["not_ready"][0]
+    not_required = status(tmp_path, root, KERNEL_64K, 65536, expect={**EXPECT, "memory_saver": False})
+    assert not_required["not_ready"] == []
+    assert "ready      memory saver (not required)" in not_required["readiness_report"]
+
+
+def test_kernel_pairs_are_exact(tmp_path):
+    root = spark_root(tmp_path, ready=True)
+    (root / "sys/module/nvidia/version").write_text("580.173.02\n")  # a newer/older driver on the same kernel
+    result = status(tmp_path, root, KERNEL_64K, 65536)
+    off = {c["check"] for c in result["off"]}
+    assert off == {"kernel pair", "memory saver"}  # the memory saver is validated on one pair only
+    paired = {**EXPECT, "kernel_pairs": [{"kernel": KERNEL_64K, "driver": "580.173.02"}]}
+    assert "kernel pair" not in {
+        c["check"] for c in status(tmp_path, root, KERNEL_64K, 65536, expect=paired)["off"]
+    }
+
+
+def test_firmware_that_cannot_be_read_or_compared_is_not_ready(tmp_path):
+    root = spark_root(tmp_path, ready=True)
+    silent = status(tmp_path, root, KERNEL_64K, 65536, fwupd=None)
+    soc = next(c for c in silent["checks"] if c["check"] == "SoC firmware")
+    assert soc["status"] == "off" and "not readable" in soc["value"] and "Failed to connect" in soc["value"]
+    (root / "sys/class/dmi/id/bios_version").write_text("GX10DGX.0102.2025.1111.1531\n")  # an OEM board
+    oem = status(tmp_path, root, KERNEL_64K, 65536)
+    bios = next(c for c in oem["checks"] if c["check"] == "BIOS firmware")
+    assert bios["status"] == "off" and "another format" in bios["fix"]
+    nothing = status(tmp_path, root, KERNEL_64K, 65536, expect={**EXPECT, "firmware_min": {}})
+    assert nothing["not_ready"] == [
+        "firmware: no minimums in host_tuning_firmware_min: nothing says this node is ready"
+    ]
+
+
+def test_firmware_strings_compare_as_versions():
+    ok = status_mod.firmware_at_least
+    assert (
+        ok("0x03000508", "0x03000508")
+        and ok("0x03000601", "0x03000508")
+        and not ok("0x03000302", "0x03000508")
+    )
+    assert ok("3.5.8", "0x03000508") and not ok("2.155.10", "0x02009b0b")  # dotted (DMI) against fwupd's hex
+    assert ok("0x00000516", "0.5.22") and not ok("0x00000507", "0.5.22")
+    assert (
+        ok("28.45.4028", "28.45.4028") and not ok("28.45.1020", "28.45.4028") and ok("28.46.0", "28.45.4028")
+    )
+    assert ok("5.36_0ACUM027", "5.36_0ACUM027") and not ok("5.36_0ACUM023", "5.36_0ACUM027")
+    assert ok("GX10DGX.0102.2025.1111.1531", "5.36_0ACUM027") is None  # another vendor's format
+    assert ok(None, "1.0") is False
+
+
+def test_a_cap_that_did_not_take_is_a_clock_finding(tmp_path):
+    root = spark_root(tmp_path, ready=True)
+    (root / "run/sparkfleet/clocks/gpu.verify").write_text("MIN=0\nCAP=2300\nRESULT=not-taken\nSM_MHZ=2418\n")
+    result = status(tmp_path, root, KERNEL_64K, 65536)
+    cap = next(c for c in result["checks"] if c["check"] == "GPU clock cap")
+    assert cap["status"] == "off" and "NOT TAKEN (SM clock 2418 MHz" in cap["value"]
 
 
 def test_status_in_a_container_marks_host_bound_checks_not_applicable(tmp_path):
     root = spark_root(tmp_path, ready=False)
     swapfile = root / "swap.sparkfleet"
     swapfile.write_bytes(bytes(4086) + b"SWAPSPACE2" + bytes(4096))
-    result = status(tmp_path, root, "6.18.44", 4096, container=True)
+    result = status(tmp_path, root, "6.18.44", 4096, container=True, fwupd=None)
     by_check = {c["check"]: c for c in result["checks"]}
     assert by_check["sysctl"]["status"] == "n/a" and by_check["kernel command line"]["status"] == "n/a"
+    assert by_check["EC firmware"]["status"] == "n/a" and by_check["memory saver"]["status"] == "n/a"
     assert "not switched on in a container" in by_check["swap"]["value"]
     assert [c["check"] for c in result["off"]] == ["GPU clock cap"]  # not hardware: a real finding
     # a container boots no kernel: only /run/reboot-required can ask for its restart
-    assert result["reboot_reasons"] == [
-        "/run/reboot-required: linux-image-7.0.0-1004-nvidia-64k asked for a reboot"
-    ]
+    assert result["reboot_reasons"] == [f"/run/reboot-required: linux-image-{KERNEL_64K} asked for a reboot"]
+    # what cannot be verified is not ready
+    assert all(not r["ready"] for r in result["readiness"])
+    assert any("EC firmware cannot be verified here" in line for line in result["not_ready"])
+
+
+def test_the_labs_rdma_stand_in_is_the_nodes_own_connectx7(tmp_path):
+    root = spark_root(tmp_path, ready=False)
+    for hca in ("rocep1s0f1", "roceP2p1s0f1"):
+        target = root / "run/sparkfleet-lab/sysfs/class/infiniband" / hca / "fw_ver"
+        target.parent.mkdir(parents=True)
+        target.write_text("28.45.4028\n")
+    result = status(
+        tmp_path, root, "6.18.44", 4096, container=True, sysfs_root="/run/sparkfleet-lab/sysfs", fwupd=None
+    )
+    cx7 = next(c for c in result["checks"] if c["check"] == "ConnectX-7 firmware")
+    assert cx7["status"] == "ok" and cx7["value"] == "roceP2p1s0f1 28.45.4028, rocep1s0f1 28.45.4028"
+    low = status(
+        tmp_path,
+        root,
+        "6.18.44",
+        4096,
+        container=True,
+        sysfs_root="/run/sparkfleet-lab/sysfs",
+        fwupd=None,
+        expect={**EXPECT, "firmware_min": {"connectx7": "28.46.0"}},
+    )
+    cx7 = next(c for c in low["checks"] if c["check"] == "ConnectX-7 firmware")
+    assert cx7["status"] == "off"  # the stand-in's value is checked, never waved through as n/a
+
+
+def test_kernel_config_and_board_firmware_parsers():
+    text = "CONFIG_ARM64_64K_PAGES=y\n# CONFIG_ARM64_4K_PAGES is not set\nCONFIG_KEXEC_HANDOVER=y\n"
+    text += "CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT=y\nCONFIG_CMA_SIZE_MBYTES=0\n"
+    assert node_mod.parse_kernel_config(text) == {
+        "CONFIG_ARM64_64K_PAGES": "y",
+        "CONFIG_KEXEC_HANDOVER": "y",
+        "CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT": "y",
+    }
+    assert node_mod.parse_kernel_config(None) is None
+    assert node_mod.parse_fwupd_devices(json.dumps(FWUPD_READY)) == {
+        "ec": "0x03000508",
+        "soc": "0x02009b0b",
+        "pd": "0x00000516",
+    }
+    assert node_mod.parse_fwupd_devices("not json") == {}
 
 
 def test_version_compare():

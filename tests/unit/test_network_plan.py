@@ -57,7 +57,14 @@ def test_tp2_plan_is_one_cable_on_port_1_with_two_rails():
     assert p["topology"] == "tp2" and p["size"] == 2 and p["head"] == "spark1"
     assert p["ranks"] == {"spark1": 0, "spark2": 1}
     assert p["hosts_by_rank"] == ["spark1", "spark2"]
-    assert p["master_addr"] == "192.168.1.11"
+    # TP2 meets on the fabric, as the real TP2 receipts (rank 0's address on the cable's first rail)
+    assert p["master_addr"] == "10.12.1.1"
+    assert p["rendezvous"] == {
+        "network": "fabric",
+        "address": "10.12.1.1",
+        "subnet": "10.12.1.0/24",
+        "netdevs": {"spark1": "enp1s0f1np1", "spark2": "enp1s0f1np1"},
+    }
     assert [(x["cable"], x["rail"], x["subnet"]) for x in p["links"]] == [
         ("n1p1-n2p1", 1, "10.12.1.0/24"),
         ("n1p1-n2p1", 2, "10.12.2.0/24"),
@@ -78,8 +85,17 @@ def test_tp2_plan_is_one_cable_on_port_1_with_two_rails():
     ]
 
 
+def test_tp2_rendezvous_is_rank_0s_end_of_the_first_cable_whichever_end_it_is():
+    h = hosts(2)
+    h["spark1"]["group"], h["spark2"]["group"] = "workers", "head"  # spark2 is rank 0, the cable's b end
+    p = plan("tp2", h, cabling=[{"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}}])
+    assert p["master_addr"] == "10.12.1.2"
+    assert p["rendezvous"]["netdevs"] == {"spark1": "enp1s0f0np0", "spark2": "enp1s0f1np1"}
+
+
 def test_tp3_plan_is_the_nvidia_ring_with_every_pair_connected():
     p = plan("tp3")
+    assert p["master_addr"] == "192.168.1.11" and p["rendezvous"]["network"] == "management"
     assert {x["subnet"] for x in p["links"]} == {
         "10.12.1.0/24",
         "10.12.2.0/24",
@@ -114,7 +130,8 @@ def test_ranks_follow_node_numbers_and_master_addr_prefers_the_mgmt_address():
     p = plan("tp3", h)
     assert p["hosts_by_rank"] == ["head-a", "w-early", "w-late"]
     assert p["ranks"] == {"head-a": 0, "w-early": 1, "w-late": 2}
-    assert p["master_addr"] == "10.0.0.2"
+    assert p["master_addr"] == "10.0.0.2"  # TP3: rank 0's management address
+    assert p["rendezvous"] == {"network": "management", "address": "10.0.0.2", "netdevs": {}}
 
     class HV(dict):
         pass

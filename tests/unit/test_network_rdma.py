@@ -174,45 +174,74 @@ def facts_for(plan: dict, index_of=lambda host, hca: 3) -> dict:
     }
 
 
-def test_tp2_env_names_the_port_1_devices_and_the_uniform_gid_index():
+def test_tp2_env_is_the_real_tp2_receipts():
     plan = make_plan("tp2")
-    env = net.nccl_env(plan, "spark2", facts_for(plan), "enP7s7")
-    assert env == {
-        "NCCL_SOCKET_IFNAME": "enP7s7",
-        "MASTER_ADDR": "192.168.1.11",
-        "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
-        "NCCL_IB_GID_INDEX": "3",
-    }
+    for host in plan["hosts_by_rank"]:
+        env = net.nccl_env(plan, host, facts_for(plan), "enP7s7")
+        # sfxnz's TP2 receipt: bootstrap on the cabled netdev, rendezvous at rank 0's fabric address,
+        # both RoCE devices of the one cabled port
+        assert env == {
+            "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+            "MASTER_ADDR": "10.12.1.1",
+            "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+            "NCCL_IB_GID_INDEX": "3",
+            "NCCL_DEBUG": "WARN",
+        }
 
 
-def test_tp3_env_has_the_devices_toward_both_peers_and_the_tp3_extras():
+def test_tp3_env_has_the_devices_toward_both_peers_and_the_three_spark_settings():
     plan = make_plan("tp3")
     env = net.nccl_env(plan, "spark1", facts_for(plan), "enP7s7")
     # rank 1 (spark2) over port 0 first, then rank 2 (spark3) over port 1
-    assert env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1"
-    assert env["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
-    assert env["NCCL_CROSS_NIC"] == "1"
-    assert env["NCCL_IB_SUBNET_PREFIX_LEN"] == "24"
-    assert env["MASTER_ADDR"] == "192.168.1.11"  # rank 0's management address, never a fabric one
+    assert env == {
+        "NCCL_SOCKET_IFNAME": "enP7s7",
+        "MASTER_ADDR": "192.168.1.11",  # rank 0's management address: no fabric subnet joins all three
+        "NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_NET": "IB",
+        "NCCL_NET_PLUGIN": "none",
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_IB_ROCE_VERSION_NUM": "2",
+        "NCCL_IB_ADDR_FAMILY": "AF_INET",
+        "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+        "NCCL_CROSS_NIC": "1",
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_SHM_DISABLE": "1",
+        "NCCL_IB_SUBNET_PREFIX_LEN": "24",
+        "NCCL_DEBUG": "WARN",
+    }
     for host in plan["hosts_by_rank"]:
-        assert net.nccl_env(plan, host, facts_for(plan), "enP7s7")["MASTER_ADDR"] == "192.168.1.11"
+        other = net.nccl_env(plan, host, facts_for(plan), "enP7s7")
+        assert other["MASTER_ADDR"] == "192.168.1.11" and other["NCCL_SOCKET_IFNAME"] == "enP7s7"
+        assert len(other["NCCL_IB_HCA"].split(",")) == 4  # two lanes toward each of the two peers
 
 
-def test_gid_index_only_when_identical_on_every_device_of_the_cluster():
+def test_gid_index_only_when_identical_on_every_device_of_the_rank():
     plan = make_plan("tp3")
     drift = facts_for(plan, lambda h, hca: 4 if (h, hca) == ("spark3", "roceP2p1s0f1") else 3)
-    for host in plan["hosts_by_rank"]:
-        assert "NCCL_IB_GID_INDEX" not in net.nccl_env(plan, host, drift, "enP7s7")
-    assert net.uniform_gid_index(plan, drift) is None
+    # spark3's devices disagree: NCCL picks per device there; the other ranks keep their uniform index
+    assert "NCCL_IB_GID_INDEX" not in net.nccl_env(plan, "spark3", drift, "enP7s7")
+    for host in ("spark1", "spark2"):
+        assert net.nccl_env(plan, host, drift, "enP7s7")["NCCL_IB_GID_INDEX"] == "3"
+    assert net.node_gid_index(plan, drift, "spark3") is None
+    assert net.uniform_gid_index(plan, drift) is None  # the cluster-wide view, for the role's message
+    moved = facts_for(plan, lambda h, hca: 5 if h == "spark2" else 3)  # a whole node at 5: its own index
+    assert net.nccl_env(plan, "spark2", moved, "enP7s7")["NCCL_IB_GID_INDEX"] == "5"
     assert net.uniform_gid_index(plan, facts_for(plan, lambda h, hca: 5)) == 5
     missing = facts_for(plan)
     del missing["spark2"]  # a host without facts (e.g. --limit): no claim about the whole cluster
     assert net.uniform_gid_index(plan, missing) is None
+    partial = facts_for(plan)
+    partial["spark1"]["devices"] = partial["spark1"]["devices"][:2]  # a device without a discovered index
+    assert net.node_gid_index(plan, partial, "spark1") is None
 
 
 def test_without_rdma_nccl_is_told_so():
     plan = make_plan("tp2")
     env = net.nccl_env(plan, "spark1", {"spark1": {"present": False, "devices": []}}, "enP7s7")
+    assert env == {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "MASTER_ADDR": "10.12.1.1", "NCCL_IB_DISABLE": "1"}
+    plan = make_plan("tp3")
+    env = net.nccl_env(plan, "spark3", {"spark3": {"present": False, "devices": []}}, "enP7s7")
     assert env == {"NCCL_SOCKET_IFNAME": "enP7s7", "MASTER_ADDR": "192.168.1.11", "NCCL_IB_DISABLE": "1"}
 
 
@@ -221,7 +250,9 @@ def test_env_from_discovered_fixture_trees():
     head = rdma.inspect(str(FIXTURES / "gid_drift"), SPARK1_TP2)
     worker = rdma.inspect(str(FIXTURES / "normal"), SPARK1_TP2)  # same device names on spark2
     env = net.nccl_env(plan, "spark1", {"spark1": head, "spark2": worker}, "enP7s7")
-    assert "NCCL_IB_GID_INDEX" not in env
+    assert "NCCL_IB_GID_INDEX" not in env  # the drifted head: its two devices disagree
+    env = net.nccl_env(plan, "spark2", {"spark1": head, "spark2": worker}, "enP7s7")
+    assert env["NCCL_IB_GID_INDEX"] == "3"
     env = net.nccl_env(plan, "spark1", {"spark1": worker, "spark2": worker}, "enP7s7")
     assert env["NCCL_IB_GID_INDEX"] == "3"
 

@@ -65,6 +65,7 @@ def test_tree_layout_and_discovery_without_ipv6(tmp_path):
     assert (port / "state").read_text() == "4: ACTIVE\n"
     assert (port / "rate").read_text() == "200 Gb/sec (2X NDR)\n"
     assert (base / "rocep1s0f1/device/net/enp1s0f1np1").is_dir()
+    assert (base / "rocep1s0f1/fw_ver").read_text() == "28.45.4028\n"  # the receipts' ConnectX-7 firmware
     assert (port / "gids/0").read_text().strip() == "fe80:0000:0000:0000:0042:0aff:fefb:020a"
     assert (port / "gids/3").read_text().strip() == "0000:0000:0000:0000:0000:ffff:0a0c:0101"
     assert (port / "gid_attrs/types/2").read_text().strip() == "IB/RoCE v1"

@@ -158,8 +158,11 @@ def test_gb10_identity_and_unified_memory(smi):
 
 
 # ---- clock state -------------------------------------------------------------------------------------
+STOCK = 2418  # GB10's SM clock without a lock (receipts: the simulator's docstring)
+
+
 def test_lock_lands_slightly_below_the_request_and_reset_restores_stock(smi):
-    assert sm_clock(smi) == 3003
+    assert sm_clock(smi) == STOCK
     out = smi("-lgc", "0,2100").stdout
     assert 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2100)"' in out
     assert 2060 <= sm_clock(smi) < 2100
@@ -168,10 +171,27 @@ def test_lock_lands_slightly_below_the_request_and_reset_restores_stock(smi):
     reasons = smi("--query-gpu=clocks_event_reasons.active", "--format=csv,noheader").stdout.strip()
     assert int(reasons, 16) & 0x2  # a lock shows as an applications clocks setting
     assert smi("-rgc").stdout == "All done.\n"
-    assert sm_clock(smi) == 3003
+    assert sm_clock(smi) == STOCK
     smi("-lgc", "1500")  # a single value locks min = max
     assert 1470 <= sm_clock(smi) < 1500
     assert int(smi("--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits").stdout) == 3003
+
+
+def test_a_ceiling_above_the_stock_clock_changes_nothing(smi):
+    smi("-lgc", "3003,3003")  # accepted, as on a real GB10, and the clock keeps floating
+    assert sm_clock(smi) == STOCK
+    reasons = smi("--query-gpu=clocks_event_reasons.active", "--format=csv,noheader").stdout.strip()
+    assert not int(reasons, 16) & 0x2
+
+
+def test_a_gpu_that_ignores_the_lock_answers_success_and_keeps_its_clock(smi):
+    smi.state.mkdir(parents=True)
+    (smi.state / "ignore-lock").touch()
+    out = smi("-lgc", "0,2300")
+    assert out.returncode == 0 and 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2300)"' in out.stdout
+    assert sm_clock(smi) == STOCK  # above the cap: -lgc reported success without pinning
+    (smi.state / "ignore-lock").unlink()
+    assert sm_clock(smi) < 2300  # the recorded lock holds once the GPU honours it
 
 
 def test_persistence_mode_and_state_across_calls(smi):
@@ -190,7 +210,7 @@ def test_state_is_lost_when_run_is_emptied_like_a_reboot(smi):
     smi("-lgc", "0,2300")
     assert sm_clock(smi) < 2300
     shutil.rmtree(smi.state)  # /run is a tmpfs: a restart empties it
-    assert sm_clock(smi) == 3003
+    assert sm_clock(smi) == STOCK
     assert smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\n"
 
 
@@ -201,7 +221,7 @@ def test_latched_gpu_sticks_under_1000_mhz(smi):
     smi("-rgc")
     assert sm_clock(smi) < 1000  # a reset does not help: it needs an AC power cycle
     (smi.state / "latched").unlink()
-    assert sm_clock(smi) == 3003
+    assert sm_clock(smi) == STOCK
 
 
 # ---- errors and exit codes like the real tool -------------------------------------------------------
@@ -249,7 +269,7 @@ def test_changes_need_root(smi, args, message):
     assert "Terminating early due to previous errors." in proc.stdout
     assert (
         smi("--query-gpu=clocks.sm,persistence_mode", "--format=csv,noheader").stdout
-        == "3003 MHz, Disabled\n"
+        == f"{STOCK} MHz, Disabled\n"
     )
     assert smi("-L", user="nobody").returncode == 0  # queries do not need root
 

@@ -67,8 +67,20 @@ def test_a_template_that_already_has_the_fix_is_served_as_is(tmp_path):
 
 
 def test_a_different_template_is_a_clear_error(tmp_path):
-    with pytest.raises(tmpl.PatchError, match="not the one the fix was written for"):
+    with pytest.raises(tmpl.PatchError, match="not the one the fix was written for") as err:
         run(tmp_path, CHAT_TEMPLATE.replace("else true", "else maybe"))
+    # it names the text the fix looks for, so the admin can see what the pinned template lacks
+    assert "the template does not contain the text it fixes: " in str(err.value)
+    assert "'{%- set thinking = enable_thinking if enable_thinking is defined else true -%}'" in str(
+        err.value
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_snapshot_without_the_template_is_a_clear_error(tmp_path):
+    with pytest.raises(tmpl.PatchError, match="the snapshot has no chat template") as err:
+        tmpl.run({"src": str(tmp_path / "none.jinja"), "patch": PATCH, "dest": str(tmp_path / "out.jinja")})
+    assert "model_weights_chat_template_patch to ''" in str(err.value)
 
 
 def test_check_mode_writes_nothing_and_shows_the_diff(tmp_path):

@@ -1,7 +1,8 @@
-"""Run the stand-in engine's ranks as local processes on loopback (tests and benchmarks).
+"""Run the engine double's ranks as local processes on loopback (unit tests, benchmarks).
 
-Each rank gets its own loopback "fabric" addresses (127.0.1R.x), so the data plane really binds
-and connects per peer as it does between Sparks; nothing leaves the machine.
+Each rank is `python -m tensorfold serve <snapshot> --tp N --rank R --master 127.0.0.1 --master-port P
+--name M --no-update-check ...` with rank 0 adding `--host 127.0.0.1 --port P --max-tokens N`, the argv a
+real recipe gives each rank, run from a version's tree (engine.materialize). Workers start first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from sparkfleet_lab import engine as engine_repo
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,8 +30,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def make_snapshot(root: Path, shards: int = 2, tensor_bytes: int = 4096, salt: str = "") -> Path:
-    """A small but well-formed safetensors snapshot (index, config, shards)."""
+def make_snapshot(
+    root: Path, shards: int = 2, tensor_bytes: int = 4096, salt: str = "", config: dict | None = None
+) -> Path:
+    """A small but well-formed deepseek_v41 snapshot (index, config, shards, tokenizer files)."""
     root.mkdir(parents=True, exist_ok=True)
     weight_map = {}
     for i in range(1, shards + 1):
@@ -42,7 +45,17 @@ def make_snapshot(root: Path, shards: int = 2, tensor_bytes: int = 4096, salt: s
         (root / name).write_bytes(struct.pack("<Q", len(raw)) + raw + data)
         weight_map[tensor] = name
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (root / "config.json").write_text(json.dumps({"model_type": "standin"}))
+    cfg = {
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "model_type": "deepseek_v41",
+        "num_hidden_layers": 4,
+        "max_position_embeddings": 1048576,
+        "quantization_config": {"quant_method": "exl3", "bits": 2.9},
+        **(config or {}),
+    }
+    (root / "config.json").write_text(json.dumps(cfg))
+    (root / "tokenizer.json").write_text(json.dumps({"version": "1.0"}))
+    (root / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 1048576}))
     return root
 
 
@@ -58,68 +71,84 @@ class Rank:
 
 @dataclass
 class LocalCluster:
-    """`tp` ranks of `tensorfold serve` on loopback; rank 0's API on 127.0.0.1:`port`."""
+    """`tp` ranks of `tensorfold serve` (engine `version`) on loopback; rank 0's API on 127.0.0.1:`port`."""
 
     tp: int
     snapshots: list[Path]  # one per rank (the same directory for all is fine)
     workdir: Path
+    version: str = engine_repo.DEFAULT_VERSION
     model: str = "standin-model"
     key_file: Path | None = None
-    extra: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # every rank
+    rank0: list[str] = field(default_factory=list)  # rank 0 only
     env: dict[str, str] = field(default_factory=dict)
+    load_s: float = 0.2  # SPARKFLEET_LAB_ENGINE_LOAD_S
+    jit_s: float = 0.2  # SPARKFLEET_LAB_ENGINE_JIT_S
     python: str = sys.executable
     port: int = 0
     master_port: int = 0
-    data_port: int = 0
     ranks: dict[int, Rank] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port()
         self.master_port = self.master_port or free_port()
-        self.data_port = self.data_port or free_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.source = engine_repo.materialize(self.version, self.workdir / f"engine-{self.version}")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def fabric(self, rank: int) -> dict:
-        """Rank 0 <-> rank r over 127.0.1r.1 <-> 127.0.1r.(r+1)."""
-        if rank == 0:
-            peers = {
-                str(r): {"local": f"127.0.{10 + r}.1", "peer": f"127.0.{10 + r}.{r + 1}"}
-                for r in range(1, self.tp)
-            }
-        else:
-            peers = {"0": {"local": f"127.0.{10 + rank}.{rank + 1}", "peer": f"127.0.{10 + rank}.1"}}
-        return {"port": self.data_port, "peers": peers}
-
     def argv(self, rank: int) -> list[str]:
-        argv = [self.python, "-m", "tensorfold", "serve", str(self.snapshots[rank]), "--tp", str(self.tp)]
-        argv += ["--rank", str(rank), "--master", "127.0.0.1", "--master-port", str(self.master_port)]
+        argv = [self.python, "-m", "tensorfold", "serve", str(self.snapshots[rank])]
+        argv += ["--tp", str(self.tp), "--rank", str(rank), "--master", "127.0.0.1"]
+        argv += [
+            "--master-port",
+            str(self.master_port),
+            "--name",
+            self.model,
+            "--no-update-check",
+            *self.extra,
+        ]
         if rank == 0:
-            argv += ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", self.model]
+            argv += ["--host", "127.0.0.1", "--port", str(self.port), "--max-tokens", "4096", *self.rank0]
             if self.key_file:
                 argv += ["--api-key-file", str(self.key_file)]
-        return argv + self.extra
+        return argv
 
-    def start_rank(self, rank: int, fabric: dict | None = None, extra: list[str] | None = None) -> Rank:
+    def environment(self) -> dict[str, str]:
         env = {
-            **os.environ,
-            "PYTHONPATH": str(HERE),
-            "SPARKFLEET_FABRIC": json.dumps(fabric or self.fabric(rank)),
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TF_DSV41_", "TENSORFOLD_", "SPARKFLEET_LAB_"))
         }
+        env.update(
+            PYTHONPATH=str(self.source),
+            PYTHONUNBUFFERED="1",
+            TORCH_EXTENSIONS_DIR=str(self.workdir / "tf" / "torch_extensions"),
+            SPARKFLEET_LAB_ENGINE_LOAD_S=str(self.load_s),
+            SPARKFLEET_LAB_ENGINE_JIT_S=str(self.jit_s),
+        )
         env.update(self.env)
+        return env
+
+    def start_rank(
+        self, rank: int, extra: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> Rank:
         log = self.workdir / f"rank{rank}.log"
         with log.open("ab") as fh:
             proc = subprocess.Popen(
-                self.argv(rank) + (extra or []), env=env, stdout=fh, stderr=subprocess.STDOUT
+                self.argv(rank) + (extra or []),
+                env={**self.environment(), **(env or {})},
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
             )
         self.ranks[rank] = Rank(rank, proc, log)
         return self.ranks[rank]
 
-    def start(self, ready_timeout: float = 30) -> LocalCluster:
-        for rank in range(1, self.tp):  # workers first, as sparkfleet starts them
+    def start(self, ready_timeout: float = 60) -> LocalCluster:
+        for rank in range(self.tp - 1, 0, -1):  # workers first, rank 0 last, as the recipes start them
             self.start_rank(rank)
         self.start_rank(0)
         if ready_timeout:
@@ -127,6 +156,7 @@ class LocalCluster:
         return self
 
     def health(self) -> tuple[int, dict]:
+        """(status, body) of /health; (0, {"error": ...}) while the port is closed."""
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:  # noqa: S310 - loopback
                 return resp.status, json.loads(resp.read())
@@ -135,18 +165,22 @@ class LocalCluster:
         except OSError as exc:
             return 0, {"error": str(exc)}
 
-    def wait_ready(self, timeout: float = 30) -> dict:
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- rank {r.rank} (exit {r.proc.poll()})\n{r.output()}" for r in self.ranks.values()
+        )
+
+    def wait_ready(self, timeout: float = 60) -> dict:
         deadline = time.monotonic() + timeout
         while True:
             status, doc = self.health()
             if status == 200:
                 return doc
-            for r in self.ranks.values():
-                if r.proc.poll() is not None and r.rank == 0:
-                    raise RuntimeError(f"rank 0 exited {r.proc.returncode}:\n{r.output()}")
+            dead = [r for r in self.ranks.values() if r.proc.poll() is not None]
+            if dead:
+                raise RuntimeError(f"rank {dead[0].rank} exited {dead[0].proc.returncode}:\n{self.logs()}")
             if time.monotonic() > deadline:
-                logs = "\n".join(f"--- rank {r.rank}\n{r.output()}" for r in self.ranks.values())
-                raise TimeoutError(f"not ready after {timeout} s: {status} {doc}\n{logs}")
+                raise TimeoutError(f"not ready after {timeout} s: {status} {doc}\n{self.logs()}")
             time.sleep(0.1)
 
     def kill(self, rank: int, sig: int = signal.SIGKILL) -> int:
@@ -155,13 +189,11 @@ class LocalCluster:
         return r.proc.wait(timeout=30)
 
     def stop(self) -> dict[int, int | None]:
+        """Rank 0 first (SIGTERM); the workers get 10 s to follow it down before a signal of their own."""
         codes: dict[int, int | None] = {}
-        order = [0, *range(1, self.tp)]  # rank 0 first, then the workers
         head = self.ranks.get(0)
-        # a running rank 0 tells its workers on the way down: give them time to act on it (on a busy
-        # machine that can take a while) before they are sent a signal of their own
         grace = 10.0 if head is not None and head.proc.poll() is None else 0.0
-        for rank in order:
+        for rank in [0, *range(1, self.tp)]:
             r = self.ranks.get(rank)
             if r is None:
                 continue

@@ -5,12 +5,20 @@ Installed on lab nodes as /usr/bin/nvidia-smi. It answers in the output formats 
 (see ../shared/fixtures/nvidia-smi/) and keeps the clock state that sparkfleet changes:
 
 - persistence mode (`-pm 0|1`), locked GPU clocks (`-lgc MIN,MAX`, `-lgc N`, `-rgc`);
-- a lock lands slightly below the request, as on a real GB10 (2100 -> 2080 MHz);
+- without a lock the SM clock floats at GB10's stock clock, about 2418 MHz, well under the 3003 MHz
+  maximum (receipts: "the default of about 2,418 MHz", Bizuayeu/GLM-5.3-Flash-NVFP4-DGX-Sparks-BIZ
+  docs/hosts.md; 2476-2522 MHz idle with applications clock 2418, colonel-otto/3x-dgx-spark-mesh-...
+  docs/GPU-CLOCKS-NOT-LOCKABLE.md); the sim holds it at 2418;
+- a lock lands slightly below the request, as on a real GB10 (2100 -> 2080 MHz), and a ceiling above
+  the stock clock changes nothing;
 - the state lives under /run/nvidia-sim (a tmpfs), so a node restart loses it like a reboot does;
 - changing state needs root, like the real tool;
 - compute processes are the processes on this node whose command line runs `tensorfold`;
-- fault switch: the file /run/nvidia-sim/latched makes the SM clock stick under 1000 MHz
-  (a latched GPU, which on a real Spark needs an AC power cycle).
+- fault switches (files in /run/nvidia-sim):
+  `latched`: the SM clock sticks under 1000 MHz whatever is asked (a latched GPU, which on a real Spark
+  needs an AC power cycle; christopherowen/spark-ds41f docs/recovery.md: `-lgc` ignored);
+  `ignore-lock`: `-lgc` answers success as always but the clock keeps floating at the stock clock (GB10
+  accepts `-lgc` and records it without pinning: colonel-otto's GPU-CLOCKS-NOT-LOCKABLE.md).
 
 SPARKFLEET_NVIDIA_SIM_DIR overrides the state directory and SPARKFLEET_NVIDIA_SIM_PROC the /proc that
 is scanned for engine processes (tests, so that a machine's other processes do not count).
@@ -39,6 +47,7 @@ BUS_ID = "0000000F:01:00.0"
 VBIOS = "9A.0B.00.00.05"
 MAX_SM_MHZ = 3003
 MIN_SM_MHZ = 208
+STOCK_SM_MHZ = 2418  # where GB10's SM clock floats without a lock (see the docstring)
 # The clock generator's grid and guard band: a requested ceiling lands on the grid point at least
 # GUARD_MHZ below it (observed: -lgc 0,2100 runs at ~2080 MHz).
 GRID_MHZ = 13
@@ -124,6 +133,10 @@ def latched() -> bool:
     return (state_dir() / "latched").exists()
 
 
+def ignores_lock() -> bool:
+    return (state_dir() / "ignore-lock").exists()
+
+
 def landed_clock(request_mhz: int) -> int:
     """Where a requested clock ceiling lands: the grid point at least GUARD_MHZ below the request."""
     if request_mhz >= MAX_SM_MHZ:
@@ -145,23 +158,34 @@ class Snapshot:
     state: GpuState
     processes: list[Process] = field(default_factory=list)
     latched: bool = False
+    ignores_lock: bool = False
 
     @property
     def busy(self) -> bool:
         return bool(self.processes)
 
     @property
+    def pinned(self) -> bool:
+        """A lock that holds the clock under where it would float."""
+        return (
+            bool(self.state.lock)
+            and not self.latched
+            and not self.ignores_lock
+            and landed_clock(self.state.lock[1]) < STOCK_SM_MHZ
+        )
+
+    @property
     def sm_mhz(self) -> int:
         if self.latched:
             return LATCHED_SM_MHZ
-        if self.state.lock:
+        if self.pinned:
             return landed_clock(self.state.lock[1])
-        return MAX_SM_MHZ
+        return STOCK_SM_MHZ
 
     @property
     def reasons(self) -> int:
         bits = 0 if self.busy else 0x1
-        if self.state.lock and not self.latched and landed_clock(self.state.lock[1]) < MAX_SM_MHZ:
+        if self.pinned:
             bits |= 0x2  # locked clocks are reported as an applications clocks setting
         return bits
 
@@ -229,7 +253,9 @@ def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
 def snapshot() -> Snapshot:
     proc_root = Path(os.environ.get("SPARKFLEET_NVIDIA_SIM_PROC", "/proc"))
     with locked_state(write=False) as state:
-        return Snapshot(state=state, processes=engine_processes(proc_root), latched=latched())
+        return Snapshot(
+            state=state, processes=engine_processes(proc_root), latched=latched(), ignores_lock=ignores_lock()
+        )
 
 
 # ---- --query-gpu ---------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ the same shape under its own root (default /run/sparkfleet-lab/sysfs) from the n
 netdevs, so that sparkfleet's RDMA/GID discovery runs its real code path against it:
 
   <root>/class/infiniband/<hca>/node_type                       "1: CA"
+  <root>/class/infiniband/<hca>/fw_ver                          "28.45.4028" (the ConnectX-7 firmware of the
+                                                                 three-Spark receipts; --fw-ver sets another)
   <root>/class/infiniband/<hca>/device/net/<netdev>/            (the HCA's netdev, as on a real PCI device)
   <root>/class/infiniband/<hca>/ports/1/state                    "4: ACTIVE" | "1: DOWN"
   <root>/class/infiniband/<hca>/ports/1/phys_state               "5: LinkUp" | "3: Disabled"
@@ -47,6 +49,8 @@ from pathlib import Path
 
 DEFAULT_ROOT = "/run/sparkfleet-lab/sysfs"
 DEFAULT_RATE = "200 Gb/sec (2X NDR)"
+# christopherowen/dgx-spark-networking docs/host-prerequisites.md; Bizuayeu docs/hosts.md (the same version)
+DEFAULT_FW_VER = "28.45.4028"
 DEFAULT_TABLE_SIZE = 32
 ZERO_GID = ":".join(["0000"] * 8)
 NETDEV_RE = re.compile(r"^en(?P<pci>P?\d*p\d+s\d+f\d+)np\d+$")
@@ -110,7 +114,12 @@ def gid_table(dev: Netdev) -> list[tuple[ipaddress.IPv6Address, str]]:
     return out
 
 
-def render(devs: list[Netdev], rate: str = DEFAULT_RATE, table_size: int = DEFAULT_TABLE_SIZE) -> Tree:
+def render(
+    devs: list[Netdev],
+    rate: str = DEFAULT_RATE,
+    table_size: int = DEFAULT_TABLE_SIZE,
+    fw_ver: str = DEFAULT_FW_VER,
+) -> Tree:
     tree = Tree()
     for dev in devs:
         hca = hca_name(dev.name)
@@ -130,6 +139,7 @@ def render(devs: list[Netdev], rate: str = DEFAULT_RATE, table_size: int = DEFAU
             f"{port}/gid_attrs/ndevs",
         }
         tree.files[f"{base}/node_type"] = "1: CA\n"
+        tree.files[f"{base}/fw_ver"] = f"{fw_ver}\n"
         tree.files[f"{port}/state"] = "4: ACTIVE\n" if dev.up else "1: DOWN\n"
         tree.files[f"{port}/phys_state"] = "5: LinkUp\n" if dev.up else "3: Disabled\n"
         tree.files[f"{port}/rate"] = f"{rate}\n"
@@ -209,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--root", default=os.environ.get("SPARKFLEET_LAB_SYSFS_ROOT", DEFAULT_ROOT))
     p.add_argument("--rate", default=DEFAULT_RATE, help="text of ports/1/rate")
+    p.add_argument("--fw-ver", default=DEFAULT_FW_VER, help="text of fw_ver (the ConnectX-7 firmware)")
     p.add_argument("--table-size", type=int, default=DEFAULT_TABLE_SIZE, help="GID table entries per port")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--once", action="store_true", help="refresh once and exit")
@@ -224,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     while True:
-        writer.sync(render(live_netdevs(), rate=args.rate, table_size=args.table_size))
+        writer.sync(render(live_netdevs(), rate=args.rate, table_size=args.table_size, fw_ver=args.fw_ver))
         if args.once or stop:
             return 0
         time.sleep(args.interval)

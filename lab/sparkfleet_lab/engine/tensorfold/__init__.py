@@ -1,3 +1,18 @@
-"""TensorFold stand-in: the engine sparkfleet's lab builds and runs in place of TensorFold."""
+"""The lab's double of TensorFold's `tensorfold serve` (deepseek_v41 family on CUDA), without GPU or model.
 
-__version__ = "0.1.0"
+Which real version it behaves as is fixed by `_build.ENGINE` (one git branch per version in the lab's
+repository); `versions.py` says what each version is and which public source it was checked against.
+"""
+
+from ._build import ENGINE, REVISION
+from .versions import get as _get
+
+
+def _version() -> str:
+    base = _get(ENGINE).version
+    if not REVISION:
+        return base
+    return f"{base}.lab{REVISION}" if "+" in base else f"{base}+lab{REVISION}"
+
+
+__version__ = _version()

@@ -1,10 +1,10 @@
-"""The stand-in's toy "model": deterministic answers that a client can check.
+"""The double's toy "model": deterministic answers a client can check. It is not a language model.
 
-It is not a language model. It does the few things sparkfleet's verify needs to prove the serving
-path end to end: arithmetic answered correctly (17x19 = 323), a tool call whose arguments satisfy
-the tool's JSON schema when a tool call is forced, JSON that satisfies a `response_format`
-json_schema, and a reasoning trace only when thinking is on. Everything else gets a short
-deterministic reply derived from the prompt and the ranks' all-reduce value.
+It answers arithmetic exactly (17x19 = 323), writes a reasoning trace only when thinking is on (longer
+at a higher effort), calls a tool when the request forces one or its last user message names one,
+fills tool arguments and structured output from their JSON schema, and otherwise gives a short reply
+derived from the prompt. Prompts are rendered in DeepSeek's message markers and split into tokens
+(words, punctuation, markers), so a repeated prefix is a token prefix, as the prompt cache needs.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def generate(
             reasoning = f"The user wrote {len(user.split())} words; a short direct answer fits."
         reasoning += " Checked." * (steps - 1)
 
-    forced = _forced_tool(tools or [], tool_choice)
+    forced = _forced_tool(tools or [], tool_choice, user)
     if forced is not None:
         fn = forced["function"]
         args = schema_instance(fn.get("parameters") or {"type": "object", "properties": {}}, hints)
@@ -412,16 +412,53 @@ def generate(
     topic = " ".join(hints.words[:6]) or "your message"
     openers = ["Sure.", "Understood.", "Here is a short answer.", "Hello!"]
     content = (
-        f"{openers[mix % len(openers)]} This is the sparkfleet stand-in engine{rank_info}; "
+        f"{openers[mix % len(openers)]} This is the sparkfleet lab's TensorFold double{rank_info}; "
         f"it received {count_tokens(user)} tokens about {topic}."
     )
     return Reply(content=content, reasoning=reasoning)
 
 
-def _forced_tool(tools: list[dict], tool_choice: object) -> dict | None:
+def _forced_tool(tools: list[dict], tool_choice: object, user: str = "") -> dict | None:
+    if tool_choice == "none" or not tools:
+        return None
     if tool_choice == "required":
-        return tools[0] if tools else None
+        return tools[0]
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")
         return next((t for t in tools if t["function"]["name"] == name), None)
+    # auto: the model calls a tool its user names (words of the function's name, e.g. "weather")
+    text = user.lower()
+    for tool in tools:
+        words = [w for w in re.split(r"[_\W]+", tool["function"]["name"].lower()) if len(w) > 3]
+        if words and any(w in text for w in words if w not in ("get", "set")):
+            return tool
     return None
+
+
+SPECIAL = re.compile("<\uff5c[^\uff5c]*\uff5c>|</?think>|\\w+|[^\\w\\s]")
+BOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+USER = "<\uff5cUser\uff5c>"
+ASSISTANT = "<\uff5cAssistant\uff5c>"
+EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+
+
+def tokens(text: str) -> list[str]:
+    return SPECIAL.findall(text)
+
+
+def render(messages: list[dict], tools: list[dict], thinking: bool) -> list[str]:
+    """The prompt's tokens: system text (tools joining it), then each turn in DeepSeek's markers."""
+    system = " ".join(message_text(m) for m in messages if m.get("role") in ("system", "developer"))
+    if tools:
+        system += " " + json.dumps([t["function"] for t in tools], sort_keys=True)
+    out = [BOS, *tokens(system)]
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            out += [USER, *tokens(message_text(m))]
+        elif role == "assistant":
+            calls = json.dumps(m.get("tool_calls") or [], sort_keys=True) if m.get("tool_calls") else ""
+            out += [ASSISTANT, *tokens(message_text(m) + calls), EOS]
+        elif role == "tool":
+            out += ["<\uff5ctool\u2581output\uff5c>", *tokens(message_text(m))]
+    return [*out, ASSISTANT, "<think>" if thinking else "</think>"]

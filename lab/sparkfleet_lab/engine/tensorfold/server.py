@@ -1,319 +1,430 @@
-"""Rank 0's OpenAI-compatible HTTP API: /health, /v1/models, /v1/chat/completions.
+"""Rank 0's HTTP side, as the real CUDA server answers (sfxnz/TensorFold src/tensorfold/cuda/http.py,
+cuda/health.py, server/auth_http.py at the versions.py commits; the deepseek_v41 family page).
 
-Every request step does a round trip over the data plane to every rank, so a lost rank turns
-into a clean 503 for that request while the server keeps serving; a malformed request gets a 400
-and changes nothing. The API key (when a key file is given) is compared in constant time and
-never logged.
+- The port opens only once the model is loaded (serve.py binds it last): no "loading" answer exists.
+- GET /health, /v1/health: the counters body (ok, backend, busy, requests_running, the totals,
+  context_length; `streams` with --parallel 2 or more); with API keys on (0.6.6+) {"status": "ok"}.
+  Never gated. Polled GETs that answer 200 are not logged.
+- GET /v1/models, /models: {"object": "list", "data": [{"id", "object": "model", "owned_by": "tensorfold"}]}
+  for --name then each --alias.
+- POST /v1/chat/completions, /v1/completions: the family's request rules (family page "Requests"),
+  a `[tensorfold] done req-...` line per request, then the access line
+  `[tensorfold] <client> "<request line>" <status> -` (` key=<label>` appended with keys on).
+- API keys (0.6.6+): gated paths answer 401 with the real body and `WWW-Authenticate: Bearer`.
+- A request that fails on a rank: 500 {"error": {"message": ...}}, a `[tensorfold] request error:` line
+  and its traceback; the server goes on serving.
+- GET /metrics: a few counters under the double's own names (the real metric names were not checked),
+  gated unless --metrics-open.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import hmac
 import json
-import os
 import secrets
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from typing import Any
 
-from . import model
-from .cluster import Coordinator, RankUnavailable
+from . import auth, model
+from .cluster import RankLost
+from .prompt_cache import Kept
+from .versions import Version
 
-MAX_BODY = 8 << 20
-EFFORT_LEVELS = {"minimal": 25, "low": 50, "medium": 62, "high": 75, "xhigh": 88, "max": 100}
-ROLES = {"system", "developer", "user", "assistant", "tool"}
-STREAM_REDUCE_EVERY = 8
+MAX_BODY = 64 << 20
+POLLED = ("/metrics", "/v1/metrics", "/health", "/v1/health")
+STATS = {
+    "prefill_s": "prefill_seconds_total",
+    "decode_s": "decode_seconds_total",
+    "cached": "cached_tokens_total",
+    "rounds": "rounds_total",
+    "drafted": "drafted_total",
+    "accepted": "accepted_total",
+}
+CONTEXT_LIMIT = "This server's maximum context length is"
+GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend")
+IMAGE_PARTS = ("image_url", "input_image", "image")
+STREAM_PIECE_S = 0.002
 
 
-class BadRequest(ValueError):
-    def __init__(
-        self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"
-    ):
-        super().__init__(message)
-        self.param, self.status, self.kind = param, status, kind
+class RequestError(ValueError):
+    """A refused request: HTTP 400."""
+
+    code: str | None = None
 
 
-class CacheDir:
-    """A persistent cache directory (prefix cache, spill tier): survives restarts, bounded in size."""
+class ContextLengthError(RequestError):
+    code = "context_length_exceeded"
 
-    def __init__(self, kind: str, path: Path, size_gib: float) -> None:
-        self.kind, self.path, self.limit = kind, path, int(size_gib * (1 << 30))
+
+def error_body(exc: Exception) -> dict:
+    body = {"message": str(exc), "type": "invalid_request_error"}
+    if getattr(exc, "code", None):
+        body["code"] = exc.code
+    return body
+
+
+class Health:
+    """Totals of finished requests and the requests running now (cuda/health.py's body)."""
+
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.state_file = path / "tensorfold-cache.json"
-        self.index_file = path / "prefix-index.txt"
-        if not path.is_dir():
-            raise RuntimeError(f"{kind} directory {path} does not exist (is it mounted?)")
-        with (path / ".lock").open("a") as lock:  # ranks sharing a directory (tests) count every start
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
-            state = {"kind": kind, "size_gib": size_gib, "starts": int(state.get("starts", 0)) + 1}
-            tmp = self.state_file.with_suffix(f".{os.getpid()}.partial")
-            tmp.write_text(json.dumps(state) + "\n")
-            tmp.replace(self.state_file)
-        self.starts = state["starts"]
-        self.known: set[str] = set()
-        if self.index_file.exists():
-            self.known = set(self.index_file.read_text().split())
-
-    def lookup_or_add(self, key: str) -> bool:
-        """True when `key` was cached before (possibly before a restart); else record it."""
-        with self.lock:
-            if key in self.known:
-                return True
-            size = self.index_file.stat().st_size if self.index_file.exists() else 0
-            if size + len(key) + 1 <= self.limit:
-                with self.index_file.open("a") as fh:
-                    fh.write(key + "\n")
-                self.known.add(key)
-            return False
-
-    def info(self) -> dict:
-        return {
-            "kind": self.kind,
-            "dir": str(self.path),
-            "size_gib": self.limit / (1 << 30),
-            "starts": self.starts,
-            "entries": len(self.known),
-        }
-
-
-@dataclass
-class EngineConfig:
-    served_model_name: str
-    tp: int
-    keys: list[str]
-    max_model_len: int = 1 << 20
-    max_num_seqs: int = 4
-    default_thinking: bool = False
-    default_effort: int = 75
-    default_temperature: float = 1.0
-    default_top_p: float = 1.0
-    default_top_k: int = -1
-    weights_digest: str = ""
-    version: str = ""
-    caches: list[CacheDir] = field(default_factory=list)
-
-
-def _effort(value: object) -> int | None:
-    """None means thinking off."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if value == "none":
-            return None
-        if value in EFFORT_LEVELS:
-            return EFFORT_LEVELS[value]
-        raise BadRequest(
-            f"reasoning_effort {value!r}: expected none, {', '.join(EFFORT_LEVELS)} or 1-100",
-            "reasoning_effort",
+        self.live: dict[int, int] = {}  # request -> reply tokens so far
+        self.totals: dict[str, float] = dict.fromkeys(
+            ("requests_total", "prompt_tokens_total", "completion_tokens_total", *STATS.values()), 0
         )
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100:
-        return value
-    raise BadRequest(
-        f"reasoning_effort {value!r}: expected a level name or an integer 1-100", "reasoning_effort"
-    )
 
+    @contextlib.contextmanager
+    def running(self, key: int):
+        with self.lock:
+            self.live[key] = 0
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.live.pop(key, None)
 
-def _number(body: dict, name: str, *, lo: float, hi: float, default: float, integer: bool = False) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    wrong_type = isinstance(value, bool) or not isinstance(value, int | float)
-    if wrong_type or (integer and not isinstance(value, int)):
-        raise BadRequest(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}", name)
-    if not lo <= value <= hi:
-        raise BadRequest(f"{name} {value} is outside [{lo}, {hi}]", name)
-    return value
+    def fold(self, prompt: int, completion: int, stats: dict) -> None:
+        with self.lock:
+            t = self.totals
+            t["requests_total"] += 1
+            t["prompt_tokens_total"] += prompt
+            t["completion_tokens_total"] += completion
+            for key, name in STATS.items():
+                value = stats.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    t[name] += value
+
+    def snapshot(self, lanes: int, window: int | None) -> dict:
+        with self.lock:
+            totals = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.totals.items()}
+            totals["completion_tokens_total"] += sum(self.live.values())
+            running = len(self.live)
+        body: dict[str, Any] = {
+            "ok": True,
+            "backend": "tensorfold",
+            "busy": running > 0,
+            "requests_running": running,
+            **totals,
+        }
+        if lanes > 1:  # the concurrent decoder's streams
+            body["streams"] = {"decoding": running, "prefilling": 0, "max": lanes}
+        if window:
+            body["context_length"] = int(window)
+        return body
 
 
 @dataclass
-class ChatRequest:
+class Settings:
+    """What rank 0 serves with: `tensorfold serve`'s request defaults and the family's."""
+
+    version: Version
+    ids: list[str]
+    window: int
+    max_tokens: int
+    thinking: bool
+    effort: str | None
+    thinking_budget: int
+    sampling: dict[str, float]
+    lanes: int
+    drafts: int
+    serial_only: bool
+    world: int
+    background_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass
+class Prepared:
+    chat: bool
     messages: list[dict]
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
+    prompt: list[str]
+    max_tokens: int
     thinking: bool
     effort: int
-    temperature: float
-    top_p: float
-    top_k: int
     tools: list[dict]
     tool_choice: object
     response_format: dict | None
+    draft: bool
+    sampling: dict[str, float]
 
 
-def _messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty list", "messages")
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}] needs a role out of {sorted(ROLES)}", "messages")
-        content = msg.get("content")
-        if content is None and not (msg["role"] == "assistant" and msg.get("tool_calls")):
-            raise BadRequest(f"messages[{i}] has no content", "messages")
-        if content is not None and not isinstance(content, str | list):
-            raise BadRequest(f"messages[{i}].content must be a string or a list of parts", "messages")
-    return messages
+class App:
+    def __init__(self, settings: Settings, kept: Kept, coordinator, store: auth.KeyStore | None, log) -> None:
+        self.s, self.kept, self.coordinator, self.auth, self.log = settings, kept, coordinator, store, log
+        self.health = Health()
+        self.turns = threading.BoundedSemaphore(settings.lanes)
+        self.ranks = threading.Lock()  # every rank runs requests in one order
+        self._seq = 0
 
+    @property
+    def model_ids(self) -> list[str]:
+        return list(dict.fromkeys(i for i in self.s.ids if i))
 
-def _max_tokens(body: dict, messages: list[dict], cfg: EngineConfig) -> int | None:
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
-        raise BadRequest(f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens")
-    prompt_tokens = sum(model.count_tokens(model.message_text(m)) for m in messages)
-    if prompt_tokens + (max_tokens or 0) > cfg.max_model_len:
-        raise BadRequest(f"{prompt_tokens} prompt tokens + max_tokens exceed {cfg.max_model_len}", "messages")
-    return max_tokens
+    def reply_model(self, body: object) -> str:
+        asked = body.get("model") if isinstance(body, dict) else None
+        return asked if isinstance(asked, str) and asked in self.model_ids else self.model_ids[0]
 
+    # ---- request rules ---------------------------------------------------------------------
+    def _effort(self, value: object) -> int | None:
+        """A request's reasoning_effort -> budget; None is "none" (thinking off)."""
+        if value == "none":
+            return None
+        if isinstance(value, str) and value in self.s.version.efforts:
+            return self.s.version.efforts[value]
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100:
+            return value
+        if isinstance(value, str) and value.isdigit() and 1 <= int(value) <= 100:
+            return int(value)
+        names = ", ".join(["none", *self.s.version.efforts])
+        raise RequestError(f"reasoning_effort {value!r}: one of {names}, or an integer from 1 to 100")
 
-def _thinking(body: dict, cfg: EngineConfig) -> tuple[bool, int]:
-    """Thinking on/off and its effort: `thinking`, chat_template_kwargs, reasoning_effort, else defaults."""
-    kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise BadRequest("chat_template_kwargs must be an object", "chat_template_kwargs")
-    explicit = [v for v in (body.get("thinking"), kwargs.get("enable_thinking"), kwargs.get("thinking"))]
-    thinking = next((v for v in explicit if isinstance(v, bool)), None)
-    effort = cfg.default_effort
-    if "reasoning_effort" in body:
-        level = _effort(body["reasoning_effort"])
-        if level is not None:
-            effort = level
-        if thinking is None:
-            thinking = level is not None
-    return (cfg.default_thinking if thinking is None else thinking), effort
-
-
-def _tools(body: dict) -> tuple[list[dict], object]:
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise BadRequest("tools must be a list", "tools")
-    names = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not (isinstance(fn, dict) and tool.get("type") == "function"):
-            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", "tools")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise BadRequest(f"tools[{i}].function.name is missing", "tools")
-        if not isinstance(fn.get("parameters", {}), dict):
-            raise BadRequest(f"tools[{i}].function.parameters must be a JSON schema object", "tools")
-        names.append(fn["name"])
-    choice = body.get("tool_choice")
-    if choice == "required" and not tools:
-        raise BadRequest("tool_choice 'required' needs tools", "tool_choice")
-    if isinstance(choice, dict):
-        wanted = (choice.get("function") or {}).get("name")
-        if choice.get("type") != "function" or wanted not in names:
-            raise BadRequest(f"tool_choice names the function {wanted!r}, not in tools", "tool_choice")
-    elif choice not in (None, "none", "auto", "required"):
-        raise BadRequest(
-            f"tool_choice {choice!r}: expected none, auto, required or a function", "tool_choice"
+    def _thinking(self, body: dict) -> tuple[bool, int]:
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is None:
+            kwargs = {}
+        elif not isinstance(kwargs, dict):
+            raise RequestError("chat_template_kwargs must be a JSON object or null")
+        explicit = next(
+            (kwargs[k] for k in ("thinking", "enable_thinking") if isinstance(kwargs.get(k), bool)), None
         )
-    return tools, choice
+        if explicit is None and self.s.version.thinking_field and isinstance(body.get("thinking"), bool):
+            explicit = body["thinking"]
+        level = None
+        if body.get("reasoning_effort") is not None:
+            level = self._effort(body["reasoning_effort"])
+            if explicit is None:
+                explicit = level is not None  # an effort name turns thinking on; "none" keeps it off
+        thinking = self.s.thinking if explicit is None else explicit
+        if level is None:
+            default = self.s.effort or self.s.version.default_effort
+            level = self.s.version.efforts.get(default, 75) if default else 75
+        return thinking, level
 
+    def _tools(self, body: dict) -> tuple[list[dict], object]:
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            raise RequestError("tools must be a list")
+        names = []
+        for i, tool in enumerate(tools):
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if not (
+                isinstance(fn, dict) and tool.get("type") == "function" and isinstance(fn.get("name"), str)
+            ):
+                raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}")
+            if not isinstance(fn.get("parameters", {}), dict):
+                raise RequestError(f"tools[{i}].function.parameters must be a JSON schema object")
+            names.append(fn["name"])
+        choice = body.get("tool_choice")
+        forced = choice == "required" or isinstance(choice, dict)
+        if forced and not self.s.version.forced_tools:
+            raise RequestError(
+                "tool_choice 'required' or a named function is not supported by this model: tool calls run "
+                "with tool_choice 'auto' or 'none'"
+            )
+        if choice == "required" and not tools:
+            raise RequestError("tool_choice 'required' needs tools")
+        if isinstance(choice, dict):
+            wanted = (choice.get("function") or {}).get("name")
+            if choice.get("type") != "function" or wanted not in names:
+                raise RequestError(f"tool_choice names the function {wanted!r}, which is not in tools")
+        elif choice not in (None, "none", "auto", "required"):
+            raise RequestError(f"tool_choice {choice!r}: none, auto, required or a function")
+        return tools, choice
 
-def _response_format(body: dict) -> dict | None:
-    fmt = body.get("response_format")
-    if fmt is None:
-        return None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind not in ("text", "json_object", "json_schema"):
-        raise BadRequest("response_format.type must be text, json_object or json_schema", "response_format")
-    if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-            raise BadRequest("response_format.json_schema must be {name, schema}", "response_format")
-    return None if kind == "text" else fmt
+    def _response_format(self, body: dict) -> dict | None:
+        for name in (*GUIDED, "structured_outputs"):
+            if body.get(name) is not None:
+                raise RequestError(f"{name}: this model's engine does not enforce structured output")
+        fmt = body.get("response_format")
+        if fmt is None:
+            return None
+        if not self.s.version.structured_output:
+            raise RequestError("response_format: this model's engine does not enforce structured output")
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind not in ("text", "json_object", "json_schema"):
+            raise RequestError("response_format.type must be text, json_object or json_schema")
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+                raise RequestError("response_format.json_schema must be {name, schema}")
+        return None if kind == "text" else fmt
 
+    def _sampling(self, body: dict) -> dict[str, float]:
+        out = dict(self.s.sampling)
+        bounds = {"temperature": (0, 2), "top_p": (0, 1), "top_k": (0, 1 << 31), "min_p": (0, 1)}
+        for name, (lo, hi) in bounds.items():
+            value = body.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+                raise RequestError(f"{name} must be a number from {lo} to {hi}, not {value!r}")
+            out[name] = value
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise RequestError("seed must be an integer")
+        return out
 
-def parse_chat(body: object, cfg: EngineConfig) -> ChatRequest:
-    """Validate a chat completion request; BadRequest names the parameter at fault."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    name = body.get("model")
-    if name is not None and name != cfg.served_model_name:
-        why = f"the model {name!r} does not exist; this server serves {cfg.served_model_name!r}"
-        raise BadRequest(why, "model", 404, "model_not_found")
-    messages = _messages(body)
-    if body.get("n", 1) != 1:
-        raise BadRequest("only n=1 is supported", "n")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be true or false", "stream")
-    opts = body.get("stream_options") or {}
-    if not isinstance(opts, dict):
-        raise BadRequest("stream_options must be an object", "stream_options")
-    thinking, effort = _thinking(body, cfg)
-    tools, choice = _tools(body)
-    return ChatRequest(
-        messages=messages,
-        stream=stream,
-        include_usage=bool(opts.get("include_usage")),
-        max_tokens=_max_tokens(body, messages, cfg),
-        thinking=thinking,
-        effort=effort,
-        temperature=_number(body, "temperature", lo=0, hi=2, default=cfg.default_temperature),
-        top_p=_number(body, "top_p", lo=0, hi=1, default=cfg.default_top_p),
-        top_k=int(_number(body, "top_k", lo=-1, hi=1 << 20, default=cfg.default_top_k, integer=True)),
-        tools=tools,
-        tool_choice=choice,
-        response_format=_response_format(body),
-    )
-
-
-class Engine:
-    def __init__(self, cfg: EngineConfig, coordinator: Coordinator | None, log) -> None:
-        self.cfg, self.coordinator, self.log = cfg, coordinator, log
-        self.slots = threading.BoundedSemaphore(cfg.max_num_seqs)
-        self.started = time.time()
-        self.prefix_cache = next((c for c in cfg.caches if c.kind == "prefix-cache"), None)
-
-    def health(self) -> tuple[int, dict]:
-        if self.coordinator is None:
-            state, detail, ranks = "ok", "single rank", [{"rank": 0, "state": "ok"}]
+    def prepare(self, body: object, chat: bool) -> Prepared:  # noqa: PLR0912 - one rule a branch
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("logprobs") or body.get("top_logprobs") is not None:
+            raise RequestError("logprobs are not supported by this model's engine")
+        n = body.get("n")
+        if n is not None and n != 1:
+            raise RequestError("n: this engine returns one choice a request (n=1)")
+        if body.get("thinking_budget") is not None:
+            raise RequestError(
+                "thinking_budget is not supported by this model: both ranks decode a request to its end"
+            )
+        draft = body.get("draft", True) is not False
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            raise RequestError("max_tokens must be an integer token count")
+        max_tokens = max(1, max_tokens or self.s.max_tokens)
+        sampling = self._sampling(body)
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                raise RequestError("messages must be a list of message objects")
+            for m in messages:
+                parts = m.get("content") if isinstance(m.get("content"), list) else []
+                if any(isinstance(p, dict) and p.get("type") in IMAGE_PARTS for p in parts):
+                    raise RequestError("images are not supported by this model's engine")
+            thinking, effort = self._thinking(body)
+            if thinking and self.s.thinking_budget > 0:
+                raise RequestError("thinking requests are refused on a server started with --thinking-budget")
+            tools, choice = self._tools(body)
+            fmt = self._response_format(body)
+            prompt = model.render(messages, tools, thinking)
         else:
-            state, detail, ranks = self.coordinator.health()
-        doc = {
-            "status": state,
-            "detail": detail,
-            "model": self.cfg.served_model_name,
-            "tp": self.cfg.tp,
-            "ranks": ranks,
-            "weights_digest": self.cfg.weights_digest,
-            "version": self.cfg.version,
-            "uptime_s": round(time.time() - self.started, 1),
-            "caches": [c.info() for c in self.cfg.caches],
-        }
-        return (200 if state == "ok" else 503), doc
-
-    def reduce(self, payload: str) -> int:
-        if self.coordinator is None:
-            return int(hashlib.sha256(payload.encode()).hexdigest()[:8], 16)
-        return self.coordinator.all_reduce(payload)
-
-    def complete(self, req: ChatRequest) -> tuple[model.Reply, int, int]:
-        key = hashlib.sha256(json.dumps(req.messages, sort_keys=True).encode()).hexdigest()
-        mix = self.reduce(key)  # rank 0 and every worker take part in every request
-        reply = model.generate(
-            req.messages,
-            thinking=req.thinking,
-            effort=req.effort,
-            tools=req.tools,
-            tool_choice=req.tool_choice,
-            response_format=req.response_format,
-            mix=mix,
-            rank_info=f" (TP{self.cfg.tp})",
+            text = body.get("prompt")
+            if not isinstance(text, str):
+                raise RequestError("prompt must be a string")
+            messages, thinking, effort, tools, choice, fmt = (
+                [{"role": "user", "content": text}],
+                False,
+                75,
+                [],
+                None,
+                None,
+            )
+            prompt = model.tokens(text)
+        if not prompt:
+            raise RequestError("rendered prompt is empty")
+        if len(prompt) >= self.s.window:
+            raise ContextLengthError(
+                f"{CONTEXT_LIMIT} {self.s.window} tokens. However, your messages resulted in "
+                f"{len(prompt)} tokens."
+            )
+        max_tokens = min(max_tokens, self.s.window - len(prompt))
+        return Prepared(
+            chat, messages, prompt, max_tokens, thinking, effort, tools, choice, fmt, draft, sampling
         )
-        prompt = sum(model.count_tokens(model.message_text(m)) for m in req.messages)
-        cached = prompt if self.prefix_cache and self.prefix_cache.lookup_or_add(key) else 0
-        return reply, prompt, cached
+
+    # ---- running ---------------------------------------------------------------------------
+    def run(self, p: Prepared, on_piece=None) -> dict:
+        """One request on every rank -> the reply, usage numbers and stats."""
+        with self.turns:
+            self._seq += 1
+            key = self._seq
+            with self.health.running(key):
+                return self._run(p, key, on_piece)
+
+    def _run(self, p: Prepared, key: int, on_piece) -> dict:
+        received = time.perf_counter()
+        rid = "req-" + secrets.token_hex(6)
+        drafting = p.draft and not self.s.serial_only
+        with self.ranks:
+            lost = self.coordinator.lost() if self.coordinator is not None else []
+            if lost:
+                raise RankLost("; ".join(lost))
+            cached = self.kept.lookup(p.prompt) if drafting else 0
+            request = {"id": rid, "prompt": p.prompt, "cached": cached, "draft": drafting}
+            if self.coordinator is not None:
+                self.coordinator.run(request)
+            apply(self.kept, request)
+        prefilled = time.perf_counter()
+        mix = int(hashlib.sha256(" ".join(p.prompt).encode()).hexdigest()[:8], 16)
+        reply = model.generate(
+            p.messages,
+            thinking=p.thinking,
+            effort=p.effort,
+            tools=p.tools,
+            tool_choice=p.tool_choice,
+            response_format=p.response_format,
+            mix=mix,
+            rank_info=f" (TP{self.s.world})",
+        )
+        content, reasoning, finish = reply.content, reply.reasoning, reply.finish_reason
+        pieces = _pieces(reasoning or "") + _pieces(content or "")
+        if not reply.tool_calls and not p.response_format and len(pieces) > p.max_tokens:
+            kept_pieces, budget = [], p.max_tokens
+            for text in (reasoning, content):
+                mine = _pieces(text or "")[:budget]
+                budget -= len(mine)
+                kept_pieces.append("".join(mine) if mine else None)
+            reasoning, content = kept_pieces[0] if reasoning else None, kept_pieces[1]
+            finish = "length"
+        first = None
+        out_tokens = 0
+        for field_name, text in (("reasoning_content", reasoning), ("content", content)):
+            for piece in _pieces(text or ""):
+                out_tokens += 1
+                with self.health.lock:
+                    self.health.live[key] = out_tokens
+                first = first or time.perf_counter()
+                if on_piece is not None:
+                    on_piece({field_name: piece})
+                    time.sleep(STREAM_PIECE_S)
+        calls_text = "".join(c["function"]["arguments"] for c in reply.tool_calls)
+        completion = out_tokens + len(model.tokens(calls_text))
+        done = time.perf_counter()
+        tokens = [*model.tokens(reasoning or ""), *model.tokens(content or ""), calls_text]
+        sha = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
+        rounds, drafted, accepted = _rounds(completion, self.s.drafts if drafting else 0, sha)
+        stats = {
+            "prefill_s": round(prefilled - received, 6),
+            "decode_s": round(done - prefilled, 6),
+            "cached": cached,
+            "rounds": rounds,
+            "drafted": drafted,
+            "accepted": accepted,
+            "drafts": drafting,
+            "policy": str(self.s.drafts if drafting else 0),
+            "sha256": sha[:16],
+        }
+        self.health.fold(len(p.prompt), completion, stats)
+        ttft = (first or done) - received
+        tok_s = completion / max(done - prefilled, 1e-6)
+        self.log(
+            f"[tensorfold] done {rid} prompt={len(p.prompt)} cached={cached} thinking={p.thinking} "
+            f"tokens={completion} sha={sha[:12]} finish={finish} tok/s={tok_s:.1f} ttft={ttft:.2f}s "
+            f"prefill={prefilled - received:.2f}s rounds={rounds} accepted={accepted}/{drafted}"
+        )
+        return {
+            "content": content,
+            "reasoning": reasoning,
+            "calls": reply.tool_calls,
+            "finish": finish,
+            "prompt_tokens": len(p.prompt),
+            "completion_tokens": completion,
+            "cached_tokens": cached,
+            "reasoning_tokens": len(model.tokens(reasoning or "")),
+            "stats": stats,
+        }
+
+
+def apply(kept: Kept, request: dict) -> None:
+    """What every rank does with a request's prompt states: resume from `cached`, keep the new one."""
+    prompt = request["prompt"]
+    if request["cached"]:
+        kept.resume(prompt, request["cached"])
+    if request["draft"]:
+        kept.keep(prompt)
 
 
 def _pieces(text: str) -> list[str]:
@@ -328,221 +439,225 @@ def _pieces(text: str) -> list[str]:
     return out
 
 
+def _rounds(tokens: int, drafts: int, sha: str) -> tuple[int, int, int]:
+    """Decode rounds for `tokens`: serial one a round, else 1 + the drafts the target kept."""
+    if drafts <= 0:
+        return tokens, 0, 0
+    rounds = drafted = accepted = 0
+    left = max(0, tokens - 1)  # the prompt's forward gives the first token
+    while left > 0:
+        kept = int(sha[(rounds * 2) % 60 : (rounds * 2) % 60 + 2], 16) % (drafts + 1)
+        kept = min(kept, max(0, left - 1))
+        rounds += 1
+        drafted += drafts
+        accepted += kept
+        left -= 1 + kept
+    if rounds == 0:  # the prompt's forward alone: its round still drafted
+        return 1, drafts, 0
+    return rounds, drafted, accepted
+
+
+def usage_of(result: dict) -> dict:
+    return {
+        "prompt_tokens": result["prompt_tokens"],
+        "completion_tokens": result["completion_tokens"],
+        "total_tokens": result["prompt_tokens"] + result["completion_tokens"],
+        "prompt_tokens_details": {"cached_tokens": result["cached_tokens"]},
+        "completion_tokens_details": {"reasoning_tokens": result["reasoning_tokens"]},
+    }
+
+
 class Handler(BaseHTTPRequestHandler):
-    server_version = "tensorfold-standin"
     protocol_version = "HTTP/1.1"
-    engine: Engine  # set on the subclass by serve()
+    app: App  # set on the subclass by build()
 
-    # ---- plumbing ------------------------------------------------------------------------------
+    # ---- logging and auth ------------------------------------------------------------------
     def log_message(self, format: str, *args) -> None:
-        pass  # one line per request in _done(); the default would print every request line twice
+        store = self.app.auth
+        if store is not None and store.enabled:
+            format += " key=" + (getattr(self, "key_label", None) or "unauthenticated")
+        self.app.log(f"[tensorfold] {self.address_string()} {format % args}")
 
-    def _done(self, status: int, start: float) -> None:
-        self.engine.log(
-            f"{self.command} {self.path.split('?')[0]} {status} {(time.monotonic() - start) * 1000:.1f} ms"
-        )
+    def log_request(self, code="-", size="-") -> None:
+        route = self.path.split("?", 1)[0].rstrip("/")
+        if not (self.command == "GET" and route in POLLED and code == 200):
+            super().log_request(code, size)
 
-    def _json(self, status: int, doc: dict) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def parse_request(self) -> bool:
+        self.key_label = None
+        return super().parse_request() and self._authenticate()
 
-    def _error(self, status: int, message: str, kind: str, param: str | None = None) -> None:
-        self._json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
-
-    def _authorized(self) -> bool:
-        keys = self.engine.cfg.keys
-        if not keys:
+    def _authenticate(self) -> bool:
+        store = self.app.auth
+        if self.command == "OPTIONS" or store is None or not store.enabled:
             return True
-        auth = self.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        ok = False
-        for key in keys:  # no early exit: every key is compared
-            ok |= hmac.compare_digest(token.encode(), key.encode())
-        return ok
+        self.key_label = store.match(self.headers)
+        if not auth.gated(self.path, store.metrics_open) or self.key_label is not None:
+            return True
+        blob = json.dumps(auth.unauthorized_body(self.path)).encode()
+        self.close_connection = True
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(blob)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(blob)
+        return False
 
-    def _route(self) -> str:
-        return self.path.split("?")[0].rstrip("/") or "/"
-
-    # ---- GET -----------------------------------------------------------------------------------
-    def do_GET(self) -> None:
-        start = time.monotonic()
-        status = 500
+    # ---- plumbing ----------------------------------------------------------------------------
+    def _send(self, code: int, data: bytes, kind: str) -> None:
         try:
-            route = self._route()
-            if route == "/health":
-                status, doc = self.engine.health()
-                self._json(status, doc)
-            elif route == "/v1/models":
-                if not self._authorized():
-                    status = 401
-                    self._error(401, "missing or invalid API key", "authentication_error")
-                else:
-                    status = 200
-                    cfg = self.engine.cfg
-                    entry = {
-                        "id": cfg.served_model_name,
-                        "object": "model",
-                        "created": int(self.engine.started),
-                        "owned_by": "sparkfleet-standin",
-                        "max_model_len": cfg.max_model_len,
-                    }
-                    self._json(200, {"object": "list", "data": [entry]})
-            else:
-                status = 404
-                self._error(404, f"no route {route}", "not_found")
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
-            pass
-        finally:
-            self._done(status, start)
+            self.close_connection = True
 
-    # ---- POST ----------------------------------------------------------------------------------
-    def do_POST(self) -> None:
-        start = time.monotonic()
-        status = 500
-        try:
-            status = self._post()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception as exc:  # one failed request must not stop the server (fault isolation)
-            self.engine.log(f"internal error: {type(exc).__name__}: {exc}")
-            with contextlib.suppress(OSError):
-                self._error(500, f"internal error: {type(exc).__name__}", "server_error")
-        finally:
-            self._done(status, start)
+    def _json(self, code: int, payload: object) -> None:
+        self._send(code, json.dumps(payload).encode(), "application/json")
 
-    def _read_body(self) -> object:
+    def _body(self) -> bytes:
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise BadRequest("a Content-Length header is required", status=411)
-        if int(length) > MAX_BODY:
-            raise BadRequest(f"the body is larger than {MAX_BODY} bytes", status=413)
-        raw = self.rfile.read(int(length))
+        if length is None:
+            return b""
+        if not length.isdigit() or int(length) > MAX_BODY:
+            self.close_connection = True
+            raise RequestError("the request body's Content-Length is not acceptable")
+        return self.rfile.read(int(length))
+
+    # ---- routes ------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        route = self.path.split("?", 1)[0].rstrip("/")
+        app = self.app
+        if route in ("/metrics", "/v1/metrics"):
+            snap = app.health.snapshot(app.s.lanes, app.s.window)
+            lines = [
+                f"tensorfold_{k} {v}"
+                for k, v in snap.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            ]
+            self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
+        elif route in ("/v1/models", "/models"):
+            data = [{"id": i, "object": "model", "owned_by": "tensorfold"} for i in app.model_ids]
+            self._json(200, {"object": "list", "data": data})
+        elif route in ("/health", "/v1/health"):
+            enabled = app.auth is not None and app.auth.enabled
+            self._json(200, {"status": "ok"} if enabled else app.health.snapshot(app.s.lanes, app.s.window))
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        chat = path.endswith("/chat/completions")
+        if not chat and not path.endswith("/completions"):
+            with contextlib.suppress(RequestError, OSError):
+                self._body()
+            return self._json(404, {"error": "not found"})
         try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}") from exc
-
-    def _post(self) -> int:
+            raw = self._body()
+            body = json.loads(raw or b"{}")
+        except RequestError as exc:
+            return self._json(400, {"error": error_body(exc)})
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._json(
+                400, {"error": {"message": "the request body is not JSON", "type": "invalid_request_error"}}
+            )
         try:
-            route = self._route()
-            if route != "/v1/chat/completions":
-                raise BadRequest(f"no route {route}", status=404, kind="not_found")
-            if not self._authorized():
-                raise BadRequest("missing or invalid API key", status=401, kind="authentication_error")
-            req = parse_chat(self._read_body(), self.engine.cfg)
-        except BadRequest as exc:
-            self._error(exc.status, str(exc), exc.kind, exc.param)
-            self.close_connection = True  # the body may be unread
-            return exc.status
-        with self.engine.slots:
-            try:
-                reply, prompt, cached = self.engine.complete(req)
-            except RankUnavailable as exc:
-                self._error(503, f"the engine cannot serve: {exc}", "engine_unavailable")
-                return 503
-            except model.SchemaError as exc:
-                self._error(
-                    400, f"cannot satisfy the schema: {exc}", "invalid_request_error", "response_format"
-                )
-                return 400
-            if req.stream:
-                return self._stream(req, reply, prompt, cached)
-            return self._whole(req, reply, prompt, cached)
+            prepared = self.app.prepare(body, chat)
+        except RequestError as exc:
+            return self._json(400, {"error": error_body(exc)})
+        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        created, model_id = int(time.time()), self.app.reply_model(body)
+        if body.get("stream"):
+            return self._stream(prepared, rid, created, model_id, body)
+        try:
+            result = self.app.run(prepared)
+        except Exception as exc:
+            _log_error(self.app, exc)
+            return self._json(500, {"error": {"message": str(exc) or type(exc).__name__}})
+        usage = usage_of(result)
+        if chat:
+            message: dict[str, Any] = {"role": "assistant", "content": result["content"] or None}
+            if result["reasoning"]:
+                message["reasoning_content"] = result["reasoning"]
+            if result["calls"]:
+                message["tool_calls"] = result["calls"]
+            choice = {"index": 0, "message": message, "finish_reason": result["finish"]}
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": result["content"] or "", "finish_reason": result["finish"]}
+            kind = "text_completion"
+        payload = {"id": rid, "object": kind, "created": created, "model": model_id, "choices": [choice]}
+        self._json(200, {**payload, "usage": usage, "tensorfold": result["stats"]})
 
-    def _truncate(self, req: ChatRequest, reply: model.Reply) -> tuple[str | None, str]:
-        if reply.content is None or req.max_tokens is None or reply.tool_calls or req.response_format:
-            return reply.content, reply.finish_reason
-        pieces = _pieces(reply.content)
-        if len(pieces) <= req.max_tokens:
-            return reply.content, reply.finish_reason
-        return "".join(pieces[: req.max_tokens]), "length"
+    def _stream(self, prepared: Prepared, rid: str, created: int, model_id: str, body: dict) -> None:
+        chat = prepared.chat
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        opts = body.get("stream_options")
+        separate_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
 
-    def _usage(self, prompt: int, completion: str, cached: int) -> dict:
-        done = model.count_tokens(completion)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": done,
-            "total_tokens": prompt + done,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            if chat:
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
+            return {"id": rid, "object": kind, "created": created, "model": model_id, "choices": [choice]}
 
-    def _whole(self, req: ChatRequest, reply: model.Reply, prompt: int, cached: int) -> int:
-        content, finish = self._truncate(req, reply)
-        message: dict = {"role": "assistant", "content": content}
-        if reply.reasoning is not None:
-            message["reasoning_content"] = reply.reasoning
-        if reply.tool_calls:
-            message["tool_calls"] = reply.tool_calls
-        text = (
-            (content or "")
-            + (reply.reasoning or "")
-            + "".join(c["function"]["arguments"] for c in reply.tool_calls)
-        )
-        doc = {
-            "id": "chatcmpl-" + secrets.token_hex(12),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.engine.cfg.served_model_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": self._usage(prompt, text, cached),
-        }
-        self._json(200, doc)
-        return 200
+        def write(*frames: dict, done: bool = False) -> None:
+            data = "".join(f"data: {json.dumps(f)}\n\n" for f in frames).encode()
+            self.wfile.write(data + (b"data: [DONE]\n\n" if done else b""))
+            self.wfile.flush()
 
-    def _stream(self, req: ChatRequest, reply: model.Reply, prompt: int, cached: int) -> int:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        base = {
-            "id": "chatcmpl-" + secrets.token_hex(12),
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self.engine.cfg.served_model_name,
-        }
-
-        def event(delta: dict, finish: str | None = None, **extra) -> None:
-            doc = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-            self.wfile.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
-            self.wfile.flush()
-
-        content, finish = self._truncate(req, reply)
-        event({"role": "assistant", "content": ""})
-        steps = 0
         try:
-            for field_name, text in (("reasoning_content", reply.reasoning), ("content", content)):
-                for piece in _pieces(text or ""):
-                    steps += 1
-                    if steps % STREAM_REDUCE_EVERY == 0:
-                        self.engine.reduce(f"{base['id']}|{steps}")  # every rank takes part in decoding
-                    event({field_name: piece})
-                    time.sleep(0.002)
-        except RankUnavailable as exc:
-            err = {
-                "error": {
-                    "message": f"the engine cannot serve: {exc}",
-                    "type": "engine_unavailable",
-                    "code": 503,
-                }
-            }
-            self.wfile.write(b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n")
-            return 503
-        if reply.tool_calls:
-            event({"tool_calls": [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]})
-        event({}, finish)
-        if req.include_usage:
-            text = (content or "") + (reply.reasoning or "")
-            doc = {**base, "choices": [], "usage": self._usage(prompt, text, cached)}
-            self.wfile.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        return 200
+            if chat:
+                write(chunk({"role": "assistant"}))
+            try:
+                result = self.app.run(prepared, on_piece=lambda delta: write(chunk(delta)))
+            except OSError:
+                raise
+            except Exception as exc:
+                _log_error(self.app, exc)
+                error = {"message": str(exc) or type(exc).__name__, "type": "server_error"}
+                self.wfile.write(f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode())
+                return
+            frames = []
+            for i, call in enumerate(result["calls"]):  # tool calls come whole, at the end
+                frames.append(chunk({"tool_calls": [{"index": i, **call}]}))
+            end = chunk({}, result["finish"])
+            end["tensorfold"] = result["stats"]
+            frames.append(end)
+            if separate_usage:
+                frames.append(
+                    {
+                        "id": rid,
+                        "object": kind,
+                        "created": created,
+                        "model": model_id,
+                        "choices": [],
+                        "usage": usage_of(result),
+                    }
+                )
+            else:
+                end["usage"] = usage_of(result)
+            write(*frames, done=True)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _log_error(app: App, exc: BaseException) -> None:
+    app.log(f"[tensorfold] request error: {type(exc).__name__}: {exc}")
+    traceback.print_exception(exc)
 
 
 class Server(ThreadingHTTPServer):
@@ -551,6 +666,6 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 64
 
 
-def build(engine: Engine, host: str, port: int) -> Server:
-    handler = type("BoundHandler", (Handler,), {"engine": engine})
+def build(app: App, host: str, port: int) -> Server:
+    handler = type("Handler", (Handler,), {"app": app})
     return Server((host, port), handler)

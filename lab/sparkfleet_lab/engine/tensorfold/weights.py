@@ -1,8 +1,10 @@
-"""Load a weights snapshot the way an engine would: every shard opened, headers parsed, digested.
+"""Read a weights snapshot as an engine loads it: every file read, every safetensors header parsed and
+checked against its file's size, the index's shards present.
 
-The digest is what ranks compare at the rendezvous: a rank whose snapshot differs in any byte of
-any file (or has a file more or less) cannot join. Dot-paths (the Hugging Face client's local
-`.cache/` metadata) and per-rank files given with --exclude are not part of it.
+Two digests: `digest` (SHA-256 of every byte of every file, logged) and `layout` (each .safetensors
+file's path, size and header), which the ranks compare at startup as the real deepseek_v41 family
+compares its Engram files' sizes and headers. Dot-paths (the Hugging Face client's local `.cache/`)
+are not part of either.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ class WeightsError(RuntimeError):
 class Snapshot:
     path: Path
     files: list[dict]  # sorted: {"path", "size", "sha256"}
-    digest: str  # sha256 of the canonical listing: what model_weights records as manifest_digest
+    digest: str  # sha256 of the canonical listing of every file's sha256
     tensors: int
+    layout: str = ""  # sha256 of every .safetensors file's path, size and header
 
     @property
     def total_bytes(self) -> int:
@@ -89,7 +92,8 @@ def _listed(root: Path, exclude: list[str]) -> list[Path]:
     return out
 
 
-def load(root: Path, exclude: list[str] | None = None, workers: int = 4) -> Snapshot:
+def load(root: Path, exclude: list[str] | None = None, workers: int = 2, read: bool = True) -> Snapshot:
+    """The snapshot's files and digests; read=False only parses the headers (no `digest`)."""
     if not root.is_dir():
         raise WeightsError(f"weights snapshot {root} is not a directory (is it mounted?)")
     paths = _listed(root, exclude or [])
@@ -106,10 +110,18 @@ def load(root: Path, exclude: list[str] | None = None, workers: int = 4) -> Snap
         if missing:
             raise WeightsError(f"{index.name} names shards that are missing: {', '.join(missing[:5])}")
     tensors = 0
-    for shard in shards:
-        tensors += len([k for k in safetensors_header(shard) if k != "__metadata__"])
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = list(pool.map(_sha256, paths))
+    layout = hashlib.sha256()
+    for shard in sorted(shards):
+        header = safetensors_header(shard)
+        tensors += len([k for k in header if k != "__metadata__"])
+        rel = shard.relative_to(root).as_posix()
+        layout.update(f"{rel}\0{shard.stat().st_size}\0".encode())
+        layout.update(json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\0")
+    if read:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            digests = list(pool.map(_sha256, paths))
+    else:
+        digests = [""] * len(paths)
     files = sorted(
         (
             {"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": d}
@@ -119,5 +131,9 @@ def load(root: Path, exclude: list[str] | None = None, workers: int = 4) -> Snap
     )
     canonical = json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
     return Snapshot(
-        path=root, files=files, digest="sha256:" + hashlib.sha256(canonical).hexdigest(), tensors=tensors
+        path=root,
+        files=files,
+        digest="sha256:" + hashlib.sha256(canonical).hexdigest() if read else "",
+        tensors=tensors,
+        layout="sha256:" + layout.hexdigest(),
     )
