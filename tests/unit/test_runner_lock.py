@@ -442,3 +442,25 @@ def test_the_holder_stops_without_heartbeats(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert lock_is_free(state) and record(state)["run_id"] == "x"
+
+
+def test_a_holder_lost_during_the_run_is_taken_again(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head went away under the run (a reboot kills the holder, no word from it): at the next
+    heartbeat the run notices, and takes the lock again once the head answers."""
+    monkeypatch.setattr(lockmod, "HEARTBEAT_S", 0.2)
+    first = Background(state, tmp_path / "gate")
+    held = record(state)
+    os.kill(held["holder_pid"], 9)
+    retaken = wait_for(
+        "the lock to be taken again", lambda: (record(state) or {}).get("holder_pid") != held["holder_pid"]
+    )
+    assert retaken and record(state)["run_id"] == held["run_id"]
+    result = first.finish()
+    assert result.ok and result.lock.outcome == "taken"
+    assert result.lock.notes == [
+        "lost the cluster lock on local1 (the connection to the head closed); taking it again",
+        f"took the cluster lock on local1 ({state}/lock) again",
+    ]
+    assert record(state) is None

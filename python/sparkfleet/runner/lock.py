@@ -233,14 +233,12 @@ class _Holder:
         while line is not None and line != READY:
             line = self.next_line(deadline)
         if line != READY:
-            self.kill()
-            raise LockError(self._why_not())
+            raise LockError(self._stop_and_say_why())
         self.write(self.source)
         while True:
             line = self.next_line(deadline)
             if line is None:
-                self.kill()
-                raise LockError(self._why_not())
+                raise LockError(self._stop_and_say_why())
             try:
                 event = json.loads(line)
             except ValueError:
@@ -248,8 +246,10 @@ class _Holder:
             if isinstance(event, dict) and "event" in event:
                 return event
 
-    def _why_not(self) -> str:
+    def _stop_and_say_why(self) -> str:
         conn = self.conn
+        waited = self.proc.poll() is None  # still running: it did not answer in time
+        self.kill()
         for reader in self._readers:  # all of stderr, now that the process has ended
             reader.join(timeout=2)
         err = "\n".join(line for line in self.stderr if line.strip())[-2000:]
@@ -264,7 +264,7 @@ class _Holder:
             )
         if rc == 255 and not conn.local:
             return f"cannot reach the head {head} by ssh to take the cluster lock: {err or 'ssh exited 255'}"
-        if rc is None:
+        if waited:
             return f"the lock's holder on {head} did not answer within {conn.connect_timeout + 30}s: {err}"
         return f"cannot take the cluster lock on {head} (exit {rc}): {err or 'no output'}"
 
@@ -313,6 +313,7 @@ class ClusterLock:
         self._holder: _Holder | None = None
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
+        self._mutex = threading.Lock()  # the keeper's new holder vs. release at the run's end
 
     def acquire(self, break_lock: bool = False) -> LockOutcome:
         holder = _Holder(self.conn, "break" if break_lock else "take", self.record)
@@ -377,7 +378,13 @@ class ClusterLock:
                     return False
                 continue
             if event.get("event") == "held":
-                self._holder = holder
+                with self._mutex:
+                    ended = self._stop.is_set()
+                    if not ended:
+                        self._holder = holder
+                if ended:  # the run ended while the lock was being taken again
+                    _let_go(holder)
+                    return False
                 self._note(f"took the cluster lock on {self.conn.name} ({self.conn.lock_path}) again")
                 return True
             holder.wait(5)
@@ -390,15 +397,21 @@ class ClusterLock:
         return False
 
     def release(self) -> None:
-        self._stop.set()
+        with self._mutex:
+            self._stop.set()
         if self._keeper is not None:
             self._keeper.join(timeout=RELEASE_WAIT_S)
-        holder, self._holder = self._holder, None
-        if holder is None:
-            return
-        if holder.write(RELEASE):
-            deadline = time.monotonic() + RELEASE_WAIT_S
+        with self._mutex:
+            holder, self._holder = self._holder, None
+        if holder is not None:
+            _let_go(holder)
+
+
+def _let_go(holder: _Holder) -> None:
+    """The release line, then wait (a while) for the holder to say it removed its record."""
+    if holder.write(RELEASE):
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        line = holder.next_line(deadline)
+        while line is not None and "released" not in line:
             line = holder.next_line(deadline)
-            while line is not None and "released" not in line:
-                line = holder.next_line(deadline)
-        holder.wait(RELEASE_WAIT_S)
+    holder.wait(RELEASE_WAIT_S)
