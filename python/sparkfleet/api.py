@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from sparkfleet.runner import AnsibleOptions, Passwords, RunResult, find_project, run_playbook
+from sparkfleet.runner.lock import LockRequest
 
 # Verb → playbook, relative to the project (docs/CONTRACTS.md).
 PLAYBOOKS: dict[str, str] = {
@@ -48,6 +49,10 @@ VERB_HELP: dict[str, str] = {
     "clocks": "GPU clock caps: set a cap in MHz, reset to the default, or show the current state",
 }
 
+# Verbs that change nothing take no cluster lock (docs/cli.md, "The cluster lock"); every other
+# verb, `run PLAYBOOK` and Cluster.run do, unless they only check (--check) or list.
+READ_ONLY_VERBS = frozenset({"preflight", "status", "host-status", "verify", "clocks show"})
+
 CLOCKS_CAP_VAR = "gpu_clocks_cap_mhz"
 REBOOT_VAR = "host_tuning_reboot"
 REBOOT_FORCE_VAR = "host_tuning_reboot_force"
@@ -82,6 +87,7 @@ class RunOptions(TypedDict, total=False):
     list_tags: bool
     syntax_check: bool
     ansible_args: list[str]  # anything else for ansible-playbook (the CLI's `--`)
+    break_lock: bool  # stop the run that holds the cluster lock and take it (changing verbs only)
 
 
 _ANSIBLE_FIELDS = {
@@ -101,9 +107,33 @@ _ANSIBLE_FIELDS = {
 }
 
 
-def runner_kwargs(options: RunOptions) -> dict[str, Any]:
-    """RunOptions -> run_playbook's keyword arguments (ansible's options and passwords grouped)."""
+def lock_request(
+    verb: str, *, read_only: bool, check: bool, ansible: AnsibleOptions, break_lock: bool
+) -> LockRequest | None:
+    """The cluster lock a run needs: none when it changes nothing (a read-only verb, --check,
+    a listing); else one, recorded as `verb`. `break_lock` where no lock is taken is a mistake."""
+    passthrough_check = any(arg in ("--check", "-C") for arg in ansible.extra)
+    why = (
+        f"`{verb}` changes nothing"
+        if read_only
+        else "--check changes nothing"
+        if check or passthrough_check
+        else "a listing runs nothing"
+        if ansible.listing
+        else ""
+    )
+    if why:
+        if break_lock:
+            raise ValueError(f"--break-lock (break_lock): {why} and takes no cluster lock")
+        return None
+    return LockRequest(verb=verb, break_lock=break_lock)
+
+
+def runner_kwargs(options: RunOptions, verb: str, read_only: bool = False) -> dict[str, Any]:
+    """RunOptions -> run_playbook's keyword arguments (ansible's options and passwords grouped,
+    the cluster lock the run needs)."""
     opts: dict[str, Any] = dict(options)
+    break_lock = bool(opts.pop("break_lock", False))
     ansible = {dest: opts.pop(name) for name, dest in _ANSIBLE_FIELDS.items() if name in opts}
     for key in ("vault_ids", "vault_password_files", "extra"):
         if key in ansible:
@@ -113,7 +143,12 @@ def runner_kwargs(options: RunOptions) -> dict[str, Any]:
         vault=opts.pop("vault_password", None),
         vault_ids=dict(opts.pop("vault_id_passwords", None) or {}),
     )
-    return {**opts, "ansible": AnsibleOptions(**ansible), "passwords": passwords}
+    ansible_options = AnsibleOptions(**ansible)
+    check = bool(opts.get("check"))
+    lock = lock_request(
+        verb, read_only=read_only, check=check, ansible=ansible_options, break_lock=break_lock
+    )
+    return {**opts, "ansible": ansible_options, "passwords": passwords, "lock": lock}
 
 
 class Cluster:
@@ -136,16 +171,24 @@ class Cluster:
         return f"Cluster({[str(i) for i in self.inventories]!r})"
 
     def run(self, playbook: str | Path, **options: Unpack[RunOptions]) -> RunResult:
-        """Run any playbook (a path, or relative to the cwd or the project) against this cluster."""
-        opts = runner_kwargs({"quiet": True, **options})
+        """Run any playbook (a path, or relative to the cwd or the project) against this cluster.
+        It holds the cluster lock (it may change anything) unless `check` or a listing is asked."""
+        return self._run(playbook, f"run {playbook}", False, options)
+
+    def _run(self, playbook: str | Path, verb: str, read_only: bool, options: RunOptions) -> RunResult:
+        opts = runner_kwargs({"quiet": True, **options}, verb, read_only)
         return run_playbook(playbook, self.inventories, project_dir=self.project_dir, **opts)
 
     def verb(self, name: str, **options: Unpack[RunOptions]) -> RunResult:
-        """Run the playbook of a CLI verb by name ("up", "host-status", ...)."""
+        """Run the playbook of a CLI verb by name ("up", "host-status", ...). Changing verbs hold
+        the cluster lock; a held lock gives a result with status `locked` (exit code 75)."""
+        return self._verb(name, name, options)
+
+    def _verb(self, name: str, label: str, options: RunOptions) -> RunResult:
         if name not in PLAYBOOKS:
             raise ValueError(f"unknown verb {name!r}; known: {', '.join(PLAYBOOKS)}")
         project = find_project(self.project_dir)
-        return self.run(project / PLAYBOOKS[name], **options)
+        return self._run(project / PLAYBOOKS[name], label, label in READ_ONLY_VERBS, options)
 
     def up(self, **options: Unpack[RunOptions]) -> RunResult:
         """Provision the whole cluster (site.yml)."""
@@ -172,7 +215,7 @@ class Cluster:
         extra: dict[str, Any] = {REBOOT_VAR: "allowed"}
         if force:
             extra[REBOOT_FORCE_VAR] = True
-        return self.verb("reboot", **_with_vars(options, extra))
+        return self._verb("reboot", "reboot --force" if force else "reboot", _with_vars(options, extra))
 
     def weights(self, **options: Unpack[RunOptions]) -> RunResult:
         """Download, verify and distribute the model weights."""
@@ -202,18 +245,18 @@ class Cluster:
         """Cap the GPU clocks at `mhz` MHz."""
         if isinstance(mhz, bool) or not isinstance(mhz, int) or mhz <= 0:
             raise ValueError(f"clock cap must be a positive number of MHz, got {mhz!r}")
-        return self.verb("clocks", **_with_vars(options, {CLOCKS_CAP_VAR: mhz}))
+        return self._verb("clocks", f"clocks set {mhz}", _with_vars(options, {CLOCKS_CAP_VAR: mhz}))
 
     def clocks_reset(self, **options: Unpack[RunOptions]) -> RunResult:
         """Remove the GPU clock cap (back to the default clocks)."""
-        return self.verb("clocks", **_with_vars(options, {CLOCKS_CAP_VAR: 0}))
+        return self._verb("clocks", "clocks reset", _with_vars(options, {CLOCKS_CAP_VAR: 0}))
 
     def clocks_show(self, **options: Unpack[RunOptions]) -> RunResult:
         """Show the GPU clock state of every node; changes nothing."""
         tags = options.get("tags")
-        return self.verb("clocks", **{**options, "tags": f"show,{tags}" if tags else "show"})
+        return self._verb("clocks", "clocks show", {**options, "tags": f"show,{tags}" if tags else "show"})
 
 
-def _with_vars(options: RunOptions, extra: dict[str, Any]) -> dict[str, Any]:
+def _with_vars(options: RunOptions, extra: dict[str, Any]) -> RunOptions:
     """The verb's own variable wins over a user `-e` of the same name."""
-    return {**options, "extravars": {**(options.get("extravars") or {}), **extra}}
+    return {**options, "extravars": {**(options.get("extravars") or {}), **extra}}  # type: ignore[typeddict-item]

@@ -1,7 +1,8 @@
 """`sparkfleet`: every playbook is a verb; `sparkfleet run PLAYBOOK` runs any other one.
 
 Exit codes: 0 ok, 1 ansible could not run the playbook (or sparkfleet could not start it),
-2 failed hosts, 4 unreachable hosts, 130 interrupted, 64 bad command line.
+2 failed hosts, 4 unreachable hosts, 75 another run holds the cluster lock, 130 interrupted,
+64 bad command line.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from typing import Any
 import yaml
 
 from sparkfleet import __version__
-from sparkfleet.api import CLOCKS_CAP_VAR, PLAYBOOKS, REBOOT_FORCE_VAR, REBOOT_VAR, VERB_HELP
+from sparkfleet.api import (
+    CLOCKS_CAP_VAR,
+    PLAYBOOKS,
+    READ_ONLY_VERBS,
+    REBOOT_FORCE_VAR,
+    REBOOT_VAR,
+    VERB_HELP,
+    lock_request,
+)
 from sparkfleet.progress import Progress, render_recap
 from sparkfleet.runner import (
     EXIT_ERROR,
@@ -42,8 +51,8 @@ DESCRIPTION = (
     "Turn two or three NVIDIA DGX Sparks into one DeepSeek V4.1 Flash inference server (TP2/TP3). "
     "Each verb runs one playbook of this project through ansible-runner against the inventory "
     "given with -i (repeat -i to layer inventories), shows live progress and a per-host recap, "
-    "and exits 0 (ok), 2 (failed hosts), 4 (unreachable hosts), 130 (interrupted) or 1 (ansible "
-    "could not run the playbook)."
+    "and exits 0 (ok), 2 (failed hosts), 4 (unreachable hosts), 130 (interrupted), 1 (ansible "
+    "could not run the playbook) or 75 (another changing run holds the cluster lock on the head)."
 )
 EPILOG = (
     "examples:\n"
@@ -111,6 +120,12 @@ def _common_options() -> argparse.ArgumentParser:
     g.add_argument("-q", "--quiet", action="store_true", help="no live progress (the recap is still printed)")
     g.add_argument(
         "--project-dir", default=argparse.SUPPRESS, metavar="DIR", help="the sparkfleet checkout to run from"
+    )
+    g.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="another run holds the cluster lock: stop its holder on the head, say whose it was, and take it "
+        "(verbs that change something; read-only verbs and --check take no lock)",
     )
     a = common.add_argument_group(
         "ansible-playbook's options",
@@ -281,7 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cset.add_argument("mhz", type=_positive_mhz, metavar="MHZ", help="the cap, in MHz")
     cset.set_defaults(
-        func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags=None, table="clocks"
+        func=_run_verb,
+        playbook=PLAYBOOKS["clocks"],
+        verb_vars={},
+        verb_tags=None,
+        table="clocks",
+        lock_verb="clocks set",
     )
     creset = clock_cmds.add_parser(
         "reset",
@@ -295,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
         verb_vars={CLOCKS_CAP_VAR: 0},
         verb_tags=None,
         table="clocks",
+        lock_verb="clocks reset",
     )
     cshow = clock_cmds.add_parser(
         "show",
@@ -303,7 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show the GPU clock state of every node (runs only the tasks tagged `show`).",
     )
     cshow.set_defaults(
-        func=_run_verb, playbook=PLAYBOOKS["clocks"], verb_vars={}, verb_tags="show", table="clocks"
+        func=_run_verb,
+        playbook=PLAYBOOKS["clocks"],
+        verb_vars={},
+        verb_tags="show",
+        table="clocks",
+        lock_verb="clocks show",
     )
 
     run = subparsers.add_parser(
@@ -450,6 +476,18 @@ def verb_extravars(args: argparse.Namespace) -> dict[str, Any]:
     return extravars
 
 
+def lock_verb(args: argparse.Namespace) -> str:
+    """What the cluster lock's record says this run is doing: `up`, `clocks set 2400`, `run x.yml`."""
+    label = getattr(args, "lock_verb", None) or args.verb
+    if args.verb == "run":
+        return f"run {args.playbook}"
+    if getattr(args, "mhz", None) is not None:
+        return f"{label} {args.mhz}"
+    if getattr(args, "force", False):
+        return f"{label} --force"
+    return label
+
+
 def _run_verb(args: argparse.Namespace) -> int:
     extravars = verb_extravars(args)
     tags = args.tags
@@ -461,6 +499,16 @@ def _run_verb(args: argparse.Namespace) -> int:
             "--json cannot be combined with --list-hosts, --list-tasks, --list-tags or --syntax-check: "
             "ansible prints those as text"
         )
+    try:
+        lock = lock_request(
+            lock_verb(args),
+            read_only=(getattr(args, "lock_verb", None) or args.verb) in READ_ONLY_VERBS,
+            check=args.check,
+            ansible=ansible,
+            break_lock=args.break_lock,
+        )
+    except ValueError as exc:
+        raise CommandLineError(str(exc)) from exc
     project = find_project(getattr(args, "project_dir", None))
     playbook = project / args.playbook if args.verb != "run" else args.playbook
     table = TABLES.get(args.table) if getattr(args, "table", None) else None
@@ -487,6 +535,8 @@ def _run_verb(args: argparse.Namespace) -> int:
         ansible=ansible,
         passwords=passwords,
         display=display,
+        lock=lock,
+        notify=display.emit if display is not None else None,
     )
     if args.json:
         if not args.quiet:

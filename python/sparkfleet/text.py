@@ -132,6 +132,9 @@ def render_failure(failure: Failure) -> str:
         lines = [f"ERROR  ansible could not run the playbook: {failure.msg}"]
     elif failure.kind == "interrupted":
         lines = [f"INTERRUPTED  {failure.msg}"]
+    elif failure.kind == "locked":
+        first, *rest = failure.msg.splitlines() or [""]
+        lines = [f"LOCKED  {first}", *(f"  {line}" for line in rest)]
     else:
         where = f'task "{failure.task}"' + (f' (play "{failure.play}")' if failure.play else "")
         word = "UNREACHABLE" if failure.kind == "unreachable" else "FAILED"
@@ -162,6 +165,12 @@ def render_recap(result: RunResult) -> str:
     if result.failures:
         out.append("")
         out.extend(render_failure(f) for f in result.failures)
+    lock = result.lock
+    if lock is not None and (lock.outcome in ("taken_over", "broken") or lock.notes):
+        out.append("")
+        if lock.outcome in ("taken_over", "broken"):
+            out.append(f"lock: {lock.message}")
+        out.extend(f"lock: {note}" for note in lock.notes)
     slow = [t for t in result.slowest_tasks[:3] if t.seconds >= 1.0]
     if slow:
         out.append("")

@@ -78,7 +78,7 @@ def test_set_stats_data_reaches_the_api_and_json(project: Path, capsys: pytest.C
     assert cli.main(["host-status", "-i", str(project / "local.yml"), "--json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
     VALIDATOR.validate(doc)
-    assert doc["schema_version"] == "1.1" and doc["data"] == result.data
+    assert doc["schema_version"] == "1.2" and doc["data"] == result.data
     # --json leaves the roles' own text on (it goes to stderr with the progress)
 
 
@@ -155,7 +155,7 @@ def test_clocks_table() -> None:
 def test_documents_with_every_kind_of_data_are_valid() -> None:
     doc = {
         "schema": "sparkfleet.run-result",
-        "schema_version": "1.1",
+        "schema_version": "1.2",
         "playbook": "/p/site.yml",
         "inventories": ["/p/inv"],
         "check": False,
@@ -184,6 +184,7 @@ def test_documents_with_every_kind_of_data_are_valid() -> None:
             "pins": {"weights": [{"name": "m", "repo": "o/r", "revision": "afc7aa0a", "commit": "a" * 40}]},
             "reboot_required_on": "spark1",
         },
+        "lock": None,
     }
     VALIDATOR.validate(doc)
     doc["data"]["undocumented"] = 1

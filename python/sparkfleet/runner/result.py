@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_ID = "sparkfleet.run-result"
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / "run-result.schema.json"
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # ansible could not run the playbook at all (syntax, inventory, no hosts matched)
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 4
+EXIT_LOCKED = 75  # another run holds the cluster lock (BSD's EX_TEMPFAIL: try again later)
 EXIT_INTERRUPTED = 130
 
 STATUS_BY_EXIT = {
@@ -21,6 +22,7 @@ STATUS_BY_EXIT = {
     EXIT_ERROR: "error",
     EXIT_FAILED: "failed",
     EXIT_UNREACHABLE: "unreachable",
+    EXIT_LOCKED: "locked",
     EXIT_INTERRUPTED: "interrupted",
 }
 
@@ -59,7 +61,7 @@ class HostStats:
 class Failure:
     """What stopped a host (failed, unreachable) or the whole run (error, interrupted: host None)."""
 
-    kind: str  # "failed" | "unreachable" | "error" | "interrupted"
+    kind: str  # "failed" | "unreachable" | "error" | "interrupted" | "locked" (host: the head)
     host: str | None
     play: str
     task: str
@@ -97,9 +99,9 @@ class TaskTiming:
 @dataclass
 class RunResult:
     playbook: str
-    status: str  # successful | failed | unreachable | error | interrupted
-    rc: int | None  # ansible-playbook's own exit status (254 when it had to be killed)
-    exit_code: int  # 0 ok, 1 error, 2 failed hosts, 4 unreachable, 130 interrupted
+    status: str  # successful | failed | unreachable | error | interrupted | locked
+    rc: int | None  # ansible-playbook's own exit status (254 when it had to be killed; None: not run)
+    exit_code: int  # 0 ok, 1 error, 2 failed hosts, 4 unreachable, 75 locked, 130 interrupted
     hosts: dict[str, HostStats]
     failures: list[Failure]
     elapsed: float
@@ -111,6 +113,8 @@ class RunResult:
     # What the roles reported for machines with set_stats (engine_status, host_status, clocks,
     # verify, pins, ...): ansible-runner's artifact_data. Empty when nothing was reported.
     data: dict[str, Any] = field(default_factory=dict)
+    # The cluster lock of a changing run (runner.lock.LockOutcome); None when the run took none.
+    lock: Any = None
 
     @property
     def ok(self) -> bool:
@@ -134,6 +138,7 @@ class RunResult:
             "failures": [f.to_dict() for f in self.failures],
             "slowest_tasks": [t.to_dict() for t in self.slowest_tasks],
             "data": self.data,
+            "lock": self.lock.to_dict() if self.lock is not None else None,
         }
 
 

@@ -19,9 +19,11 @@ from pathlib import Path
 from sparkfleet import progress as _progress
 from sparkfleet import text as _text
 from sparkfleet.runner.events import Collector
+from sparkfleet.runner.head import head_connection
 from sparkfleet.runner.interrupt import Interrupt
+from sparkfleet.runner.lock import ClusterLock, LockOutcome, LockRequest, run_record
 from sparkfleet.runner.project import find_project, new_run_dir, resolve
-from sparkfleet.runner.result import RunnerError, RunResult
+from sparkfleet.runner.result import EXIT_LOCKED, STATUS_BY_EXIT, Failure, RunnerError, RunResult
 from sparkfleet.runner.secrets import (
     Passwords,
     redact_tree,
@@ -233,6 +235,8 @@ def run_playbook(
     ansible: AnsibleOptions | None = None,
     passwords: Passwords | None = None,
     display: Callable[[dict], None] | None = None,
+    lock: LockRequest | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run `playbook` against `inventories` (layered in order, as repeated `-i`) and wait.
 
@@ -241,6 +245,11 @@ def run_playbook(
     carries ansible-playbook's own options, `passwords` the answers to its prompts. Ctrl-C
     (SIGINT/SIGTERM, main thread only) stops ansible: the result then has exit_code 130. Raises
     RunnerError when the run cannot start.
+
+    `lock` (a changing run): take the cluster lock on the head first, hold it for the run, let it
+    go at the end. When another run holds it, nothing runs and the result's status is `locked`
+    (exit code 75). The lock's messages (taken over, lost, taken again) go to `notify`, else to
+    stderr unless `quiet`. Without `lock` no lock is taken (read-only verbs, the lab's converge).
     """
     import ansible_runner
 
@@ -253,15 +262,31 @@ def run_playbook(
     passwords = passwords or Passwords()
     ansible_args = ansible.cmdline()  # refuses bad options before a run directory is made
     now = dt.datetime.now(dt.UTC)
-    private = new_run_dir(project, book, now)
-    artifacts = private / "artifacts"
-
     public_vars, secret_vars = split_secrets(extravars)
     envvars = {**runner_env(project), **fact_cache_env(invs)}
     secrets = secret_values(secret_vars, {**os.environ, **envvars}, passwords.values())
     if display is None and not quiet:
         display = _progress.Progress(sys.stdout, verbosity=verbosity, show_diff=diff, listing=ansible.listing)
+    if notify is None and not quiet:
+        notify = getattr(display, "emit", None) or _to_stderr
     collector = Collector()
+    cluster_lock, lock_outcome, private = _lock_and_run_dir(
+        lock,
+        invs,
+        project,
+        now=now,
+        book=book,
+        extravars=extravars,
+        ansible=ansible,
+        passwords=passwords,
+        notify=notify,
+        display=display,
+    )
+    artifacts = private / "artifacts"
+    if lock_outcome is not None and lock_outcome.outcome == "refused":
+        _close(display)
+        result = _locked_result(lock_outcome, book, now, check=check, invs=invs, artifacts=artifacts)
+        return _finish(result, artifacts, quiet)
 
     def status_handler(data: dict, runner_config: object = None) -> None:
         # 'running' comes right after ansible-runner wrote artifacts/command, before ansible starts.
@@ -315,11 +340,11 @@ def run_playbook(
                 cancel_callback=interrupt.cancel,
             )
     finally:
+        if cluster_lock is not None:
+            cluster_lock.release()
         interrupt.restore()
         interrupt.reap()
-        close = getattr(display, "close", None)
-        if close is not None:
-            close()
+        _close(display)
         scrub_command_file(artifacts, secrets)
         redact_tree(private, secrets)
 
@@ -334,9 +359,101 @@ def run_playbook(
         check=check,
         inventories=invs,
     )
+    result.lock = lock_outcome
+    return _finish(result, artifacts, quiet)
+
+
+def _finish(result: RunResult, artifacts: Path, quiet: bool) -> RunResult:
     with contextlib.suppress(OSError):
+        artifacts.mkdir(parents=True, exist_ok=True)
         (artifacts / "sparkfleet-result.json").write_text(json.dumps(result.to_dict(), indent=2))
     if not quiet:
         sys.stdout.write(_text.render_recap(result))
         sys.stdout.flush()
     return result
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _close(display: object) -> None:
+    close = getattr(display, "close", None)
+    if close is not None:
+        close()
+
+
+def _lock_and_run_dir(
+    request: LockRequest | None,
+    invs: list[str],
+    project: Path,
+    *,
+    now: dt.datetime,
+    book: str,
+    extravars: dict | None,
+    ansible: AnsibleOptions,
+    passwords: Passwords,
+    notify: Callable[[str], None] | None,
+    display: object,
+) -> tuple[ClusterLock | None, LockOutcome | None, Path]:
+    """The cluster lock of a changing run (its outcome: taken, refused, ... or none when the
+    inventory has no head), then the run's directory. The lock comes first: a run that cannot
+    reach the head leaves no directory."""
+    cluster_lock, outcome = None, None
+    try:
+        if request is not None:
+            conn = head_connection(
+                invs,
+                project,
+                extravars=extravars,
+                user=ansible.user,
+                private_key=ansible.private_key,
+                become_password=passwords.become,
+                become_password_file=ansible.become_password_file,
+                vault_ids=ansible.vault_ids,
+                vault_password_files=ansible.vault_password_files,
+                vault_password=passwords.vault,
+                vault_id_passwords=passwords.vault_ids,
+            )
+            if conn is None:
+                outcome = LockOutcome("none", None, None)
+            else:
+                cluster_lock = ClusterLock(conn, run_record(request.verb, book, now), notify)
+                outcome = cluster_lock.acquire(break_lock=request.break_lock)
+            if notify is not None and outcome.outcome in ("taken_over", "broken", "none"):
+                notify(f"lock: {outcome.message}")
+        return cluster_lock, outcome, new_run_dir(project, book, now)
+    except BaseException:
+        _close(display)
+        if cluster_lock is not None:
+            cluster_lock.release()
+        raise
+
+
+LOCKED_HINT = (
+    "Another changing run is using this cluster: wait for it to end. If that run is stuck, run again "
+    "with --break-lock (Python API: break_lock=True): it stops the holder and takes the lock."
+)
+
+
+def _locked_result(
+    outcome: LockOutcome, book: str, now: dt.datetime, *, check: bool, invs: list[str], artifacts: Path
+) -> RunResult:
+    """Nothing ran: another run holds the cluster lock."""
+    failure = Failure(
+        kind="locked", host=outcome.head, play="", task="", action="", msg=f"{outcome.message}\n{LOCKED_HINT}"
+    )
+    return RunResult(
+        playbook=book,
+        status=STATUS_BY_EXIT[EXIT_LOCKED],
+        rc=None,
+        exit_code=EXIT_LOCKED,
+        hosts={},
+        failures=[failure],
+        elapsed=0.0,
+        artifacts_dir=artifacts,
+        started=now.isoformat(timespec="seconds"),
+        check=check,
+        inventories=invs,
+        lock=outcome,
+    )
