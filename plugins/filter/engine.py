@@ -642,6 +642,8 @@ def _unit_text(unit: Mapping) -> str:
 
 
 def _container_text(c: Mapping) -> str:
+    if c.get("unknown"):
+        return "unknown (Docker down)"
     if c.get("foreign"):
         return "foreign (not sparkfleet's)"
     if not c.get("exists"):
@@ -650,6 +652,74 @@ def _container_text(c: Mapping) -> str:
         return "running"
     text = f"{c.get('status', '?')} ({c.get('exit_code')})"
     return text + (" OOM-killed" if c.get("oom_killed") else "")
+
+
+# Exit statuses 128+N of a rank whose process got signal N (docker-init passes the child's on).
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def docker_down(node: Mapping) -> str:
+    """Why Docker is not running on the node ('' when it runs or engine_node did not say)."""
+    daemon = node.get("docker_daemon") or {}
+    if not daemon or daemon.get("running", True):
+        return ""
+    return str(daemon.get("error") or "the Docker daemon does not answer")
+
+
+def death_text(c: Mapping) -> str:
+    """How a rank's container ended, in plain words: killed by a signal, OOM-killed, or its exit status."""
+    code = c.get("exit_code")
+    finished = str(c.get("finished_at") or "")
+    when = f" at {finished}" if finished and not finished.startswith("0001-") else ""
+    if c.get("oom_killed"):
+        return f"killed by the kernel's OOM killer (exit {code}){when}"
+    if isinstance(code, int) and code > 128 and code - 128 in SIGNALS:
+        return f"killed by {SIGNALS[code - 128]} (exit {code}){when}"
+    return f"exited with status {code}{when}"
+
+
+# Below this much free space a filesystem holding an unfinished copy is called full.
+FULL_BYTES = 64 << 20
+
+
+def weights_partial(host: str, node: Mapping) -> str:
+    """A note when a copy of the weights to this node was cut off ('' otherwise): its part files sit in
+    .rsync-partial (never at their final path), and whether the disk there is full."""
+    part = node.get("weights_partial") or {}
+    files = part.get("files") or []
+    if not files:
+        return ""
+    free = part.get("free_bytes")
+    where = f"{part.get('path')}/.rsync-partial"
+    first = f"{files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+    if isinstance(free, int) and free < FULL_BYTES:
+        return (
+            f"{host}: the disk is full at {part.get('path')} ({free} bytes free): the copy of the weights was"
+            f" cut off ({first} in {where}): free space there and run `sparkfleet weights`"
+        )
+    return (
+        f"{host}: the copy of the weights was cut off ({first} in {where}): `sparkfleet weights` resumes it"
+    )
+
+
+def rank_problem(host: str, rank: int, node: Mapping, advice: bool = True) -> str:
+    """Why a rank is not running, named for what it is (unreachable, Docker down, died, stopped, absent); with
+    `advice`, what brings it back."""
+    c = node.get("container") or {}
+    who = f"{host} (rank {rank})"
+    if node.get("unreachable"):
+        return f"{who}: unreachable (no answer over SSH): is it powered on and on the management network?"
+    down = docker_down(node)
+    if down:
+        text = f"{who}: Docker is not running on {host} ({down})"
+        start = ": `sparkfleet start` starts it (docker.service is enabled and started as desired state)"
+        return text + (start + ", then the engine" if advice else "")
+    unit = _unit_text(node.get("unit") or {})
+    if c.get("exists") and not c.get("running") and not c.get("foreign") and c.get("status") == "exited":
+        how = "stopped" if c.get("exit_code") in (0, 143) and not c.get("oom_killed") else "died"
+        text = f"{who} {how}: {death_text(c)}; unit {unit}"
+        return text + (": `sparkfleet start` restarts the cluster in order" if advice else "")
+    return f"{who}: container {_container_text(c)}, unit {unit}"
 
 
 def _weights_text(record: object) -> str:
@@ -730,7 +800,11 @@ def status_rows(
                 "node": host,
                 "rank": rank,
                 "unit": "unreachable" if node.get("unreachable") else _unit_text(node.get("unit") or {}),
-                "container": "unreachable" if node.get("unreachable") else _container_text(c),
+                "container": "unreachable"
+                if node.get("unreachable")
+                else "unknown (Docker down)"
+                if docker_down(node)
+                else _container_text(c),
                 "commit": commit_text,
                 "weights": _weights_text(node.get("weights")),
                 "clock": _clock_text(node.get("clock") or {}),
@@ -748,16 +822,17 @@ def status_rows(
             notes.append(f"{host} (rank {rank}) failed: {log['fatal']}")
         if not c.get("running"):
             healthy = False
-            unit = _unit_text(node.get("unit") or {})
-            why = f"{host} (rank {rank}): container {_container_text(c)}, unit {unit}"
-            if node.get("unreachable"):
-                why = f"{host} (rank {rank}): unreachable (no answer over SSH)"
-            elif not log.get("fatal"):
-                tail = c.get("log_tail") or []
-                why += f"; last log: {tail[-1]}" if tail else ""
+            why = rank_problem(host, rank, node)
+            tail = c.get("log_tail") or []
+            if tail and not log.get("fatal") and not node.get("unreachable"):
+                why += f"; last log: {tail[-1]}"
             notes.append(why)
         elif rank != 0 and api.get("state") == "ok" and log.get("phase") not in ("following", None):
             notes.append(f"{host} (rank {rank}): its log does not say it follows rank 0 ({log.get('phase')})")
+        partial = weights_partial(host, node)
+        if partial:
+            healthy = False
+            notes.append(partial)
         if commit and pin_commit and commit != pin_commit:
             notes.append(
                 f"{host}: runs engine {short_commit(commit)}, the pin is {short_commit(pin_commit)}: "
@@ -807,5 +882,6 @@ class FilterModule:
             "engine_caches": engine_caches,
             "engine_status": status_rows,
             "engine_status_lines": status_lines,
+            "engine_rank_problem": rank_problem,
             "status_table": status_table,
         }

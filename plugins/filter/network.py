@@ -191,6 +191,202 @@ def bw_lines(results: list[Mapping[str, Any]], below: float | None = None) -> li
     return out
 
 
+# ---- cabling discovery ---------------------------------------------------------------------------
+
+
+def _port_of(port_netdevs: Mapping) -> dict[str, tuple[int, int]]:
+    """netdev -> (port, rail) from cluster_plan_port_netdevs."""
+    out = {}
+    for port, rails in (port_netdevs or {}).items():
+        for r in rails or []:
+            out[str(r["netdev"])] = (int(port), int(r["rail"]))
+    return out
+
+
+def _end_text(host: str, netdev: str, port: int | None, address: str = "") -> str:
+    where = f"port {port}" if port is not None else "port ?"
+    return f"{host} {netdev} ({where}{', ' + address if address else ''})"
+
+
+def _actual_peer(
+    answers: list, mac_owner: Mapping[str, tuple[str, str]], addr_owner: Mapping[str, str]
+) -> tuple[str, str | None] | None:
+    """(host, netdev or None) at the far end of a port, from the ARP answers it got."""
+    owners = {mac_owner[a["mac"]] for a in answers if a.get("mac") in mac_owner}
+    if len(owners) == 1:
+        return next(iter(owners))
+    hosts = {addr_owner[a["address"]] for a in answers if a.get("address") in addr_owner}
+    if not owners and len(hosts) == 1:
+        return next(iter(hosts)), None
+    return None
+
+
+def _orient(pair: frozenset, planned: list[dict]) -> tuple[int, dict]:
+    """A discovered cable as {a, b}, oriented and placed as in the plan where the plan has it."""
+    for i, cable in enumerate(planned):
+        ends = frozenset(((cable["a"]["node"], cable["a"]["port"]), (cable["b"]["node"], cable["b"]["port"])))
+        if ends == pair:
+            return i, {"a": dict(cable["a"]), "b": dict(cable["b"])}
+    a_ends = {(c["a"]["node"], c["a"]["port"]) for c in planned}
+    x, y = sorted(pair)
+    if y in a_ends and x not in a_ends:
+        x, y = y, x
+    return len(planned), {"a": {"node": x[0], "port": x[1]}, "b": {"node": y[0], "port": y[1]}}
+
+
+def _expected(exp: Mapping[str, Any] | None, planned: Mapping) -> dict[str, Any] | None:
+    if exp is None:
+        return None
+    peer_entry = planned.get((str(exp["peer_host"]), str(exp["peer_netdev"]))) or {}
+    return {
+        "host": exp["peer_host"],
+        "netdev": exp["peer_netdev"],
+        "port": peer_entry.get("port"),
+        "address": exp["peer_address"],
+    }
+
+
+def _rail_line(
+    host: str, netdev: str, mine: tuple, port: Mapping, *, expected: Mapping | None, actual
+) -> str:
+    head = _end_text(host, netdev, mine[0]) + (f" rail {mine[1]}" if mine[1] else "")
+    if actual is not None:
+        act_text = _end_text(actual["host"], actual["netdev"] or "?", actual["port"])
+    elif port.get("state") != "up":
+        act_text = f"unknown: {port.get('error') or port.get('state')}"
+    else:
+        act_text = "nothing (no answer to any planned fabric address)"
+    if expected and actual and (actual["host"], actual["netdev"]) == (expected["host"], expected["netdev"]):
+        return f"{head}: as planned, {act_text}"
+    exp_text = (
+        _end_text(expected["host"], expected["netdev"], expected["port"], expected["address"])
+        if expected
+        else "no cable (not in the plan)"
+    )
+    return f"{head}: expected {exp_text}, found {act_text}"
+
+
+def _cables(reach: Mapping, nodes: Mapping[str, int], problems: list[str]) -> list[frozenset]:
+    """The real cables as pairs of (node, port), from what each port of each node reached."""
+    pairs: list[frozenset] = []
+    for (host, port), peers in sorted(reach.items()):
+        if len(peers) != 1 or None in {p for _, p in peers}:
+            reached = ", ".join(sorted(f"{h} port {'?' if p is None else p}" for h, p in peers))
+            problems.append(f"{host} port {port}: its rails reach {reached}: one cable per port expected")
+            continue
+        peer_host, peer_port = next(iter(peers))
+        back = reach.get((peer_host, peer_port))
+        if back is not None and back != {(host, port)}:
+            problems.append(
+                f"{host} port {port} reaches {peer_host} port {peer_port}, which reaches "
+                + ", ".join(sorted(f"{h} port {p}" for h, p in back))
+            )
+            continue
+        if host not in nodes or peer_host not in nodes:
+            continue
+        pair = frozenset(((nodes[host], port), (nodes[peer_host], peer_port)))
+        if pair not in pairs:
+            pairs.append(pair)
+    return pairs
+
+
+def cabling_text(cabling: list) -> list[str]:
+    """cluster_plan_cabling as the YAML lines of group_vars (flow style, one cable a line)."""
+    return [
+        f"  - {{a: {{node: {c['a']['node']}, port: {c['a']['port']}}}, "
+        f"b: {{node: {c['b']['node']}, port: {c['b']['port']}}}}}"
+        for c in cabling
+    ]
+
+
+def _ports(result: object) -> Mapping | None:
+    """fabric_neighbors' ports from its result (or the ports themselves); None for a skipped or failed one."""
+    if not isinstance(result, Mapping):
+        return None
+    if "ports" in result:
+        return result["ports"] if isinstance(result["ports"], Mapping) else None
+    return result if result and all(isinstance(v, Mapping) for v in result.values()) else None
+
+
+def cabling_discovery(
+    found: Mapping[str, Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    port_netdevs: Mapping,
+    cabling: list | None = None,
+) -> dict[str, Any]:
+    """What every fabric port is really cabled to, against the plan.
+
+    `found`: per host, fabric_neighbors' `ports` ({netdev: {mac, state, answers, error}}). Returns `rails`
+    (each probed port that is planned or reached something: expected vs actual), `lines` per host, `cabling`
+    (the cluster_plan_cabling of the real cables; a cable the current `cabling` has keeps its place and
+    orientation), `cabling_text`, `problems` (what keeps `cabling` from being whole) and `matches_plan`."""
+    found = {h: _ports(r) for h, r in found.items() if _ports(r) is not None}
+    ports_of = _port_of(port_netdevs)
+    nodes = {h: int(n) for h, n in (plan.get("nodes") or {}).items()}
+    mac_owner = {
+        str(port["mac"]).lower(): (host, netdev)
+        for host, ports in found.items()
+        for netdev, port in (ports or {}).items()
+        if port.get("mac")
+    }
+    addr_owner = {str(r["address"]): h for h, rails in plan["interfaces"].items() for r in rails}
+    planned = {(h, str(r["netdev"])): r for h, rails in plan["interfaces"].items() for r in rails}
+    rails_out: list[dict[str, Any]] = []
+    lines: dict[str, list[str]] = {h: [] for h in plan["hosts_by_rank"]}
+    reach: dict[tuple[str, int], set[tuple[str, int | None]]] = {}
+    problems: list[str] = []
+    for host in plan["hosts_by_rank"]:
+        if found.get(host) is None:
+            problems.append(f"{host}: not probed (unreachable, or not in this run)")
+            continue
+        for netdev, port in found[host].items():
+            mine = ports_of.get(netdev, (None, None))
+            answers = [{**a, "mac": str(a.get("mac", "")).lower()} for a in port.get("answers") or []]
+            peer = _actual_peer(answers, mac_owner, addr_owner)
+            expected = _expected(planned.get((host, netdev)), planned)
+            if expected is None and peer is None:
+                continue  # an unplanned port that reaches nothing: nothing to say
+            actual = None
+            if peer is not None:
+                peer_port = ports_of.get(peer[1], (None, None))[0] if peer[1] else None
+                actual = {"host": peer[0], "netdev": peer[1], "port": peer_port}
+                if mine[0] is not None:
+                    reach.setdefault((host, mine[0]), set()).add((peer[0], peer_port))
+            line = _rail_line(host, netdev, mine, port, expected=expected, actual=actual)
+            ok = ": as planned, " in line
+            lines[host].append(line)
+            rails_out.append(
+                {
+                    "host": host,
+                    "netdev": netdev,
+                    "port": mine[0],
+                    "rail": mine[1],
+                    "state": port.get("state"),
+                    "expected": expected,
+                    "actual": actual,
+                    "ok": ok,
+                    "line": line,
+                }
+            )
+            if expected is not None and actual is None:
+                problems.append(line)
+    current = [{"a": dict(c["a"]), "b": dict(c["b"])} for c in cabling or []]
+    placed = sorted(
+        (_orient(p, current) for p in _cables(reach, nodes, problems)),
+        key=lambda x: (x[0], x[1]["a"]["node"], x[1]["a"]["port"]),
+    )
+    found_cabling = [c for _, c in placed]
+    same = sorted(map(str, found_cabling)) == sorted(map(str, current))
+    return {
+        "rails": rails_out,
+        "lines": lines,
+        "cabling": found_cabling,
+        "cabling_text": cabling_text(found_cabling),
+        "problems": problems,
+        "matches_plan": same and not problems,
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -201,4 +397,5 @@ class FilterModule:
             "hostvar_map": hostvar_map,
             "ping_failures": ping_failures,
             "bw_lines": bw_lines,
+            "cabling_discovery": cabling_discovery,
         }

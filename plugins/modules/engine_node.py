@@ -24,6 +24,13 @@ options:
     description: The label that marks sparkfleet's container.
   devices: {type: list, elements: str, default: [], description: Device paths to look for.}
   docker: {type: str, default: docker, description: The docker CLI.}
+  docker_service:
+    type: str
+    default: docker.service
+    description: >-
+      The systemd unit of the Docker daemon. When it is not active the daemon is not asked anything (a docker
+      command would start it through docker.socket): the result says Docker is not running. Empty: ask the
+      docker CLI only.
   clock_state_file: {type: path, description: "gpu_clocks' configured cap (GPU_CLOCK_CAP_MHZ=N)."}
   clock_applied_file: {type: path, description: "gpu_clocks' marker of the cap applied since this boot."}
   weights_record: {type: path, description: "model_weights' record of the verified weights (JSON)."}
@@ -59,9 +66,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 docker: {description: docker CLI found and the daemon answering, type: bool, returned: always}
+docker_daemon:
+  description: >-
+    running (the daemon answers), unit (active, sub, result, enabled of I(docker_service); exists false when
+    systemd does not know it), error (why it is not running, in plain words)
+  type: dict
+  returned: always
 image: {description: "exists, id, labels, layers (RootFS diffIDs) of I(image)", type: dict, returned: always}
 container:
-  description: "exists, managed, running, status, exit_code, error, started_at, finished_at, image_id, labels"
+  description: >-
+    exists, managed, running, status, exit_code, error, started_at, finished_at, image_id, labels; unknown
+    true (and status C(unknown)) when Docker is not running
   type: dict
   returned: always
 unit: {description: "exists, active, sub, result, exit_status, enabled", type: dict, returned: always}
@@ -82,6 +97,12 @@ weights_paths:
   type: dict
   returned: always
 weights_missing: {description: which of weights_paths do not exist, type: list, returned: always}
+weights_partial:
+  description: >-
+    files of an unfinished copy (head to this worker) in the snapshot's .rsync-partial, the free bytes there
+    (free_bytes) and the path measured: {files, free_bytes, path}; files empty when no copy was cut off
+  type: dict
+  returned: always
 log:
   description: "what the rank's own log says - phase (failed, serving, following, loading, starting,
     stopped), ready (the serving or following line), fatal (the engine's message), loading, last (its
@@ -171,6 +192,38 @@ def parse_unit(show: str) -> dict:
     }
 
 
+def docker_daemon(unit: dict | None, rc: int | None, version: str, err: str, cli: bool = True) -> dict:
+    """Whether the Docker daemon runs, and why not in plain words.
+
+    `unit`: parse_unit of the daemon's systemd unit (None: no systemd); `rc`/`version`/`err`: `docker version`
+    (rc None: not asked, because the unit is not active)."""
+    out = {"running": False, "unit": unit or {"exists": False}, "error": ""}
+    if unit and unit.get("exists") and unit.get("active") != "active":
+        state = f"{unit.get('active')}/{unit.get('sub')}"
+        if unit.get("active") == "failed" and unit.get("result") not in ("", "success"):
+            state += f", {unit['result']}"
+        out["error"] = f"{unit.get('name', 'docker.service')} is {state}"
+        return out
+    if not cli:
+        out["error"] = "the docker CLI is not installed"
+    elif rc is None or rc != 0 or not version.strip():
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        out["error"] = "the Docker daemon does not answer" + (f": {lines[-1].strip()}" if lines else "")
+    else:
+        out["running"] = True
+    return out
+
+
+UNKNOWN_CONTAINER = {
+    "exists": False,
+    "managed": False,
+    "running": False,
+    "unknown": True,
+    "status": "unknown",
+    "labels": {},
+}
+
+
 def parse_container(doc: dict | None, label: str) -> dict:
     if not doc:
         return {"exists": False, "managed": False, "running": False, "status": "absent", "labels": {}}
@@ -223,18 +276,53 @@ def weights_paths(record: dict | None, overrides: dict) -> dict:
     }
 
 
-def wait_started(docker: str, p: dict, inspect) -> None:
-    """Until the rank logged that it loads (it passed its argument and option checks) or stopped."""
+def partial_copy(snapshot: str) -> dict:
+    """Files rsync left in <snapshot>/.rsync-partial (a copy cut off) and the free bytes of its filesystem."""
+    out: dict = {"files": [], "free_bytes": None, "path": snapshot}
+    if not snapshot or not os.path.isdir(snapshot):
+        return out
+    part = os.path.join(snapshot, ".rsync-partial")
+    for root, _dirs, names in os.walk(part):
+        out["files"] += sorted(os.path.relpath(os.path.join(root, n), part) for n in names)
+    st = os.statvfs(snapshot)
+    out["free_bytes"] = st.f_bavail * st.f_frsize
+    return out
+
+
+def wait_started(docker: str, p: dict, inspect, daemon_up=lambda: True) -> None:
+    """Until the rank logged that it loads (it passed its argument and option checks) or stopped, or the
+    Docker daemon went away."""
     rules = Patterns(p["log_rules"])
     deadline = time.monotonic() + p["wait_for_start"]
     while time.monotonic() < deadline:
         container = parse_container(inspect("container", p["name"]), p["label"])
+        if not daemon_up():
+            return
         if container["exists"] and not container["running"] and container["status"] != "created":
             return  # it stopped: its log says why
         log = summarize(read_logs(docker, p["name"]), rules, rank=p["rank"], running=container["running"])
         if container["exists"] and log["phase"] in ("loading", "serving", "following", "failed"):
             return
         time.sleep(0.5)
+
+
+def read_container(module, docker: str, p: dict, out: dict, inspect) -> None:
+    """The container (ours, foreign or none), the image and what the rank's log says, into `out`."""
+    container = parse_container(inspect("container", p["name"]), p["label"])
+    if out["docker"] and p["image"]:
+        out["image"] = parse_image(inspect("image", p["image"]))
+    if not out["docker"]:  # the daemon went away while it was asked
+        return
+    if container["exists"] and not container["managed"]:
+        container = {"exists": True, "managed": False, "foreign": True, "running": container["running"],
+                     "status": "foreign", "labels": {}}  # fmt: skip
+    elif container["exists"] and not container["running"] and p["log_lines"] > 0:
+        _, logs, errs = module.run_command([docker, "logs", "--tail", str(p["log_lines"]), p["name"]])
+        container["log_tail"] = [ln for ln in (logs + errs).splitlines() if ln.strip()][-p["log_lines"] :]
+    out["container"] = container
+    if p["log_rules"] and container["exists"] and not container.get("foreign"):
+        lines = read_logs(docker, p["name"])
+        out["log"] = summarize(lines, Patterns(p["log_rules"]), rank=p["rank"], running=container["running"])
 
 
 def main() -> None:
@@ -246,6 +334,7 @@ def main() -> None:
             "label": {"type": "str", "default": "io.sparkfleet.engine.managed"},
             "devices": {"type": "list", "elements": "str", "default": []},
             "docker": {"type": "str", "default": "docker"},
+            "docker_service": {"type": "str", "default": "docker.service"},
             "clock_state_file": {"type": "path"},
             "clock_applied_file": {"type": "path"},
             "weights_record": {"type": "path"},
@@ -261,53 +350,54 @@ def main() -> None:
     )
     p = module.params
     docker = module.get_bin_path(p["docker"])
-    out: dict = {"changed": False, "docker": bool(docker), "image": parse_image(None)}
-    out["container"] = parse_container(None, "")
+    systemctl = module.get_bin_path("systemctl")
+    props = "LoadState,ActiveState,SubState,Result,ExecMainStatus,UnitFileState,ActiveEnterTimestamp"
+
+    def unit_state(name: str) -> dict | None:
+        if not systemctl:
+            return None
+        rc, show, _ = module.run_command(
+            [systemctl, "show", name, f"--property={props},InactiveEnterTimestamp"]
+        )
+        return {**parse_unit(show), "name": name} if rc == 0 else None
+
+    daemon_unit = unit_state(p["docker_service"]) if p["docker_service"] else None
+    rc = version = err = None
+    if docker and not (daemon_unit and daemon_unit["exists"] and daemon_unit["active"] != "active"):
+        rc, version, err = module.run_command([docker, "version", "--format", "{{.Server.Version}}"])
+    out: dict = {
+        "changed": False,
+        "docker_daemon": docker_daemon(daemon_unit, rc, version or "", err or "", cli=bool(docker)),
+        "image": {**parse_image(None), "unknown": True},
+        "container": dict(UNKNOWN_CONTAINER),
+    }
+    out["docker"] = out["docker_daemon"]["running"]
 
     def inspect(kind: str, ref: str) -> dict | None:
         rc, stdout, stderr = module.run_command([docker, kind, "inspect", ref])
         if rc != 0:
             if "Cannot connect" in stderr or "permission denied" in stderr:
                 out["docker"] = False
+                out["docker_daemon"] = docker_daemon(unit_state(p["docker_service"]), 1, "", stderr)
             return None
         data = json.loads(stdout)
         return data[0] if data else None
 
-    if docker and p["wait_for_start"] > 0 and p["log_rules"]:
-        wait_started(docker, p, inspect)
-    if docker:
-        container = parse_container(inspect("container", p["name"]), p["label"])
-        if out["docker"] and p["image"]:
-            out["image"] = parse_image(inspect("image", p["image"]))
-        if container["exists"] and not container["managed"]:
-            container = {"exists": True, "managed": False, "foreign": True, "running": container["running"],
-                         "status": "foreign", "labels": {}}  # fmt: skip
-        elif container["exists"] and not container["running"] and p["log_lines"] > 0:
-            _, logs, errs = module.run_command([docker, "logs", "--tail", str(p["log_lines"]), p["name"]])
-            container["log_tail"] = [ln for ln in (logs + errs).splitlines() if ln.strip()][-p["log_lines"] :]
-        out["container"] = container
-        if p["log_rules"] and container["exists"] and not container.get("foreign"):
-            rules = Patterns(p["log_rules"])
-            lines = read_logs(docker, p["name"])
-            out["log"] = summarize(lines, rules, rank=p["rank"], running=container["running"])
+    if out["docker"] and p["wait_for_start"] > 0 and p["log_rules"]:
+        wait_started(docker, p, inspect, lambda: out["docker"])
+    if out["docker"]:
+        read_container(module, docker, p, out, inspect)
     hook = any(module.get_bin_path(b) for b in GPU_RUNTIME_BINARIES)
     out["gpu_runtime"] = hook or nvidia_runtime_configured()
 
-    systemctl = module.get_bin_path("systemctl")
     unit = p["unit"] or f"{p['name']}.service"
-    out["unit"] = {**parse_unit(""), "name": unit}
-    if systemctl:
-        props = "LoadState,ActiveState,SubState,Result,ExecMainStatus,UnitFileState,ActiveEnterTimestamp"
-        rc, show, _ = module.run_command(
-            [systemctl, "show", unit, f"--property={props},InactiveEnterTimestamp"]
-        )
-        if rc == 0:
-            out["unit"] = {**parse_unit(show), "name": unit}
+    out["unit"] = unit_state(unit) or {**parse_unit(""), "name": unit}
     out["devices_present"] = [d for d in p["devices"] if os.path.exists(d)]
     out["weights"] = read_json(p["weights_record"])
     overrides = {"dir": p["weights_dir"], "rank_file": p["rank_file"], "chat_template": p["chat_template"]}
     out["weights_paths"] = weights_paths(out["weights"], overrides)
     out["weights_missing"] = [v for v in out["weights_paths"].values() if v and not os.path.exists(v)]
+    out["weights_partial"] = partial_copy(out["weights_paths"]["dir"])
     out["memlock_hard"] = memlock_limit(dockerd_proc("limits"))
     out["capabilities"] = bounding_caps(dockerd_proc("status"))
     out["clock"] = {

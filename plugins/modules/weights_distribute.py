@@ -250,6 +250,21 @@ class Daemon:
             self.proc.wait()
 
 
+ENOSPC = re.compile(r'write failed on "([^"]+)": No space left on device')
+
+
+def disk_full(stderr: str, dest: str) -> str | None:
+    """The file rsync could not write for lack of space (relative to `dest`), None when it was not that."""
+    if "No space left on device" not in stderr:
+        return None
+    m = ENOSPC.search(stderr)
+    if not m:
+        return "?"
+    path = m.group(1)
+    prefix = dest.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
+
+
 def _last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""
@@ -399,6 +414,22 @@ def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> d
     for s in streams:
         copied.setdefault(s.host, []).extend(s.sent_files)
     if failed:
+        full = {}
+        for s in failed:
+            path = disk_full(s.stderr, params["dest"])
+            if path is not None:
+                full.setdefault(s.host, path)
+        if full:
+            raise WeightsError(
+                "; ".join(
+                    f"{host}: the disk is full at {params['dest'].rstrip('/')} (No space left on device "
+                    f"while writing {path})"
+                    for host, path in sorted(full.items())
+                )
+                + ": free space there and run `sparkfleet weights` again. The files copied so far are kept;"
+                " a file cut off stays in .rsync-partial, never at its final path; the next run resumes it",
+                {"copied": copied, "disk_full": full},
+            )
         why = "; ".join(
             f"{s.host} via {s.address}: rsync exit {s.rc}: {_last_line(s.stderr)}" for s in failed
         )

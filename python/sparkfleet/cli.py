@@ -274,6 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="reboot every node of the cluster even when none reports a pending change",
             )
+        if verb == "network":  # -e network_links_discover=true: print the real cabling, change nothing
+            p.add_argument(
+                "--discover",
+                dest="verb_vars",
+                action="store_const",
+                const={"network_links_discover": True},
+                help="only print what each fabric port is really cabled to; changes nothing",
+            )
         p.set_defaults(
             func=_run_verb,
             playbook=PLAYBOOKS[verb],

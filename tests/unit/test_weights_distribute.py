@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 
 import pytest
 from test_weights_support import load_module
@@ -143,3 +144,54 @@ def test_the_rsync_daemon_transport_copies_to_every_worker(setup):
 
     with socket.socket() as s, pytest.raises(OSError):
         s.connect(("127.0.0.1", port))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A worker directory on a 400 KB tmpfs (root and mount(2) needed, else skipped)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def test_a_full_disk_names_node_and_path_keeps_no_partial_file_and_a_rerun_completes(setup, small_disk):
+    src, _, files, tmp = setup
+    w = small_disk / "snapshot"
+    w.mkdir()
+    tgt = [{"host": "spark2", "user": "", "addresses": ["10.0.0.2"], "files": files}]  # 550 KB onto 400 KB
+    with pytest.raises(dist.WeightsError) as exc:
+        run(src, w, tgt, tmp)
+    msg = exc.value.args[0]
+    assert msg.startswith(f"spark2: the disk is full at {w} (No space left on device while writing model-")
+    assert "free space there and run `sparkfleet weights` again" in msg
+    assert exc.value.args[1]["disk_full"]["spark2"].startswith("model-")
+    # nothing cut off sits at a final path: every file there is whole
+    for f in files:
+        final = w / f["path"]
+        assert not final.exists() or final.read_bytes() == (src / f["path"]).read_bytes(), f["path"]
+    assert not all((w / f["path"]).exists() for f in files)
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)  # space freed
+    run(src, w, tgt, tmp)
+    assert all((w / f["path"]).read_bytes() == (src / f["path"]).read_bytes() for f in files)
+    assert not any((w / ".rsync-partial").glob("*"))
+
+
+def test_disk_full_reads_rsyncs_words():
+    err = (
+        'rsync: [receiver] write failed on "/srv/m/snapshot/model-00003.safetensors": '
+        "No space left on device (28)\n"
+        "rsync error: error in file IO (code 11) at receiver.c(381) [receiver=3.2.7]\n"
+    )
+    assert dist.disk_full(err, "/srv/m/snapshot/") == "model-00003.safetensors"
+    assert dist.disk_full("rsync error: some other thing (code 12)", "/srv/m/snapshot") is None
