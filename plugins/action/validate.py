@@ -182,6 +182,8 @@ class ActionModule(ActionBase):
                 # variable reports a bad value; rules about this one are skipped when it is bad
                 if placeholders(name, value) or (value is not None and type_problem(name, value, spec)):
                     bad.add(name)
+                elif any(re.search(rf"\b{re.escape(b)}\b", str(defaults.get(name))) for b in self.carried_bad):
+                    bad.add(name)  # computed from a variable an earlier role refused: its value means nothing
                 continue
             # nested values and values that only matter sometimes (a rule with `when`): their rules say
             held = placeholders(name, value) if isinstance(value, str) and name not in conditional else []
@@ -336,12 +338,14 @@ class ActionModule(ActionBase):
         for name in names:
             options, defaults, role_vars, args, path = self._load_role(str(name))
             # as in a play: the earlier roles' defaults stay visible (cluster_plan's port table, ...)
+            # the role's own path first: the play's ansible_search_path (in task_vars) would hide it, and
+            # a rule's lookup('file', ...) must search the role's files/ as when the role runs
             layered = ChainMap(
+                {"role_path": str(path), "ansible_search_path": [str(path), str(path / "tasks")]},
                 role_vars,
                 task_vars,
                 defaults,
                 *earlier,
-                {"role_path": str(path), "ansible_search_path": [str(path), str(path / "tasks")]},
             )
             earlier.insert(0, defaults)
             self._t = self._templar.copy_with_new_env(available_variables=layered)
