@@ -99,7 +99,18 @@ PLAYBOOK = """\
 """
 INVENTORY = {
     "all": {
-        "vars": {"sparkfleet_topology": "tp2", "ansible_connection": "local"},
+        "vars": {
+            "sparkfleet_topology": "tp2",
+            "ansible_connection": "local",
+            "ansible_user": "admin",  # sparkfleet_admin_user: no fallback to root or the controller's user
+            "sparkfleet_pins": {  # required by the role sparkfleet's spec
+                "model": {"repo": "LibertAIDAI/DeepSeek-V4.1-Flash-1017-EXL3-2.9bpw", "revision": "f" * 40},
+                "engram": {"repo": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "revision": "f" * 40},
+                "engine": {"repo": "https://github.com/Elevatormusic/TensorFold.git", "commit": "f" * 40},
+                "base_image": {"name": "nvcr.io/nvidia/pytorch", "digest": "sha256:" + "a" * 64},
+                "hf_client": {"huggingface_hub": "2.4.0"},
+            },
+        },
         "children": {
             "cluster": {
                 "children": {

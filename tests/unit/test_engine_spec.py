@@ -69,7 +69,8 @@ def render(tmp_path: Path, inventory: str, **extra) -> dict[str, dict]:
     n = 2 if inventory == "tp2" else 3
     overlay = tmp_path / "overlay"
     hosts = {
-        f"spark{i}": {"ansible_host": f"127.0.0.{10 + i}", "sparkfleet_node": i} for i in range(1, n + 1)
+        f"spark{i}": {"ansible_host": f"127.0.0.{10 + i}", "sparkfleet_node": i, "ansible_user": "admin"}
+        for i in range(1, n + 1)
     }
     groups = {
         "head": {"hosts": {"spark1": hosts["spark1"]}},
