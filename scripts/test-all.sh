@@ -12,6 +12,13 @@ rm -f .cache/checks.rc
 make=(make --no-print-directory)
 log=.cache/checks.log
 
+# other labs running on this machine (a dev lab left up) take the CPU the tests' labs need: say so
+others=$(docker ps --format '{{.Names}}' 2>/dev/null | sed -n 's/^sparkfleet-lab-\(.*\)-spark[0-9]*$/\1/p' | sort -u)
+if [ -n "$others" ]; then
+  echo "=== note: other labs are running here and will slow the tests down: $(echo $others)" \
+    "(sparkfleet lab down --name NAME removes one)"
+fi
+
 if [ "${TEST_PARALLEL:-1}" = 0 ]; then
   "${make[@]}" checks && "${make[@]}" images labctl molecule
   exit $?
