@@ -298,16 +298,18 @@ def test_a_request_without_the_key_gets_the_engines_401(lab, play, started):
 
 
 @pytest.mark.destructive
-def test_a_killed_worker_shows_in_status_and_start_recovers_in_order(lab, play, started):
-    worker = lab.hosts[-1]
-    lab.exec(worker, "docker", "kill", NAME)
+def test_rank_1_killed_with_sigkill_shows_in_status_and_start_recovers_in_order(lab, play, started):
+    """Chaos (issue 15): rank 1 killed with SIGKILL while serving; status names it and the signal."""
+    worker = lab.hosts[1]
+    lab.exec(worker, "docker", "kill", "--signal", "KILL", NAME)
     code, body = wait_for(lambda: (c := chat(lab))[0] != 200 and c, timeout=30)
     assert code == 500 and "rank" in json.loads(body)["error"]["message"]  # a clean error, not a hang
     status = engine_status(run(play, "playbooks/status.yml"))
     assert not status["healthy"]
     row = next(r for r in status["rows"] if r["node"] == worker)
     assert row["container"].startswith("exited")
-    assert worker in " ".join(status["notes"])
+    notes = " ".join(status["notes"])
+    assert f"{worker} (rank 1) died: killed by SIGKILL" in notes, notes
     recover(lab, play)
 
 
