@@ -182,7 +182,7 @@ class ActionModule(ActionBase):
                 # variable reports a bad value; rules about this one are skipped when it is bad
                 if placeholders(name, value) or (value is not None and type_problem(name, value, spec)):
                     bad.add(name)
-                elif any(re.search(rf"\b{re.escape(b)}\b", str(defaults.get(name))) for b in self.carried_bad):
+                elif any(re.search(rf"\b{re.escape(b)}\b", str(defaults[name])) for b in self.carried_bad):
                     bad.add(name)  # computed from a variable an earlier role refused: its value means nothing
                 continue
             # nested values and values that only matter sometimes (a rule with `when`): their rules say
