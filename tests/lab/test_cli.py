@@ -200,7 +200,7 @@ def test_json_carries_the_roles_data(lab) -> None:
         proc = sparkfleet(lab, verb, "--json", "-q")
         doc = json.loads(proc.stdout)
         VALIDATOR.validate(doc)
-        assert doc["schema_version"] == "1.1" and key in doc["data"], (verb, sorted(doc["data"]))
+        assert doc["schema_version"] == "1.2" and key in doc["data"], (verb, sorted(doc["data"]))
         if key != "engine_status":
             assert sorted(doc["data"][key]) == lab.hosts  # one entry per node
     weights = sparkfleet(lab, "weights", "--json", "-q")
