@@ -2,9 +2,10 @@
 # Run the molecule scenarios, each with its own lab (own name, networks, fact cache): the cluster
 # scenarios tp3 and tp2 (site.yml end to end, the fault tests) and one scenario per role
 # (molecule/<role>/: a small lab of one or two nodes, that role alone).
-# By default in two lanes side by side, every line prefixed with its scenario: tp3 in the first (the
-# longest), tp2 then the role scenarios one after the other in the second. Much of a scenario's time
-# is spent waiting (boots, restarts, readiness), which the other lane fills.
+# By default in three lanes side by side, every line prefixed with its scenario: tp3 in the first (the
+# longest), tp2 in the second, the role scenarios one after the other in the third. Much of a
+# scenario's time is spent waiting (boots, restarts, readiness), which the other lanes fill; the role
+# scenarios and tp2 end early, so tp3's long fault tests run on an idle machine.
 #   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane)
 #   MOLECULE_PARALLEL=0                 one after the other
 #   SPARKFLEET_LAB_PREFIX=xyz           lab names xyz-<scenario> (default molecule)
@@ -47,11 +48,18 @@ if [ "$parallel" = 0 ]; then
 else
   lane "${all[0]}" &
   first=$!
+  second=""
   if [ "${#all[@]}" -gt 1 ]; then
     sleep 5  # the first lab takes its slot (networks) before the next one looks for a free one
-    lane "${all[@]:1}" || true
+    lane "${all[1]}" &
+    second=$!
+  fi
+  if [ "${#all[@]}" -gt 2 ]; then
+    sleep 5
+    lane "${all[@]:2}" || true
   fi
   wait "$first" || true
+  [ -z "$second" ] || wait "$second" || true
 fi
 
 rc=0

@@ -13,6 +13,9 @@ Markers:
   @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session;
                                   SPARKFLEET_LAB_FAULT_TESTS=0 skips them (the tp2 scenario: the tp3
                                   one runs them, and CI stays short)
+  @pytest.mark.tp2_faults         a destructive test of the engine that the tp2 scenario runs instead
+                                  (SPARKFLEET_LAB_TP2_FAULT_TESTS=0 skips it: the tp3 scenario), so
+                                  the two cluster scenarios share the fault tests' time
   @pytest.mark.any_topology       runs playbooks whose outcome cannot depend on TP2 vs TP3 (host
                                   tuning, clocks); SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 skips them
                                   (the tp2 scenario, like the fault tests)
@@ -36,18 +39,32 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "topology(name): run only on a lab of that topology")
     config.addinivalue_line("markers", "destructive: disturbs the cluster; ordered last")
     config.addinivalue_line("markers", "any_topology: the same on TP2 and TP3; one scenario runs it")
+    config.addinivalue_line("markers", "tp2_faults: an engine fault test that tp2 runs (tp3 skips it)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Fault tests (restarts, kills) go last so the read-only checks see a converged cluster.
     items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)
+    # The gates below skip at collection, before any fixture (a module's `started`) runs for nothing.
+    for item in items:
+        why = gated(item)
+        if why:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
-# marker -> (the variable whose "0" skips it, why): the tp2 scenario sets both, the tp3 one neither
+# The cluster scenarios share the fault tests: tp3 runs the chaos suite and the other fault tests, tp2 the
+# engine's own fault tests (marked tp2_faults: restarts of the engine, the same on either topology), and
+# the tests whose outcome cannot depend on the topology run once, in tp3. marker -> (variable whose "0"
+# skips it, why); a destructive test's variable is SPARKFLEET_LAB_TP2_FAULT_TESTS when it is marked
+# tp2_faults, else SPARKFLEET_LAB_FAULT_TESTS.
 GATES = {
     "destructive": (
         "SPARKFLEET_LAB_FAULT_TESTS",
         "fault test: SPARKFLEET_LAB_FAULT_TESTS=0 here (the tp3 scenario runs the fault tests)",
+    ),
+    "tp2_faults": (
+        "SPARKFLEET_LAB_TP2_FAULT_TESTS",
+        "engine fault test: SPARKFLEET_LAB_TP2_FAULT_TESTS=0 here (the tp2 scenario runs it)",
     ),
     "any_topology": (
         "SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS",
@@ -56,11 +73,16 @@ GATES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fault_gate(request: pytest.FixtureRequest) -> None:
-    for marker, (variable, why) in GATES.items():
-        if request.node.get_closest_marker(marker) and os.environ.get(variable) == "0":
-            pytest.skip(why)
+def gated(item: pytest.Item) -> str:
+    """Why this scenario skips the test ('' when it runs it)."""
+    markers = [m for m in GATES if item.get_closest_marker(m)]
+    if "tp2_faults" in markers and "destructive" in markers:
+        markers.remove("destructive")
+    for marker in markers:
+        variable, why = GATES[marker]
+        if os.environ.get(variable) == "0":
+            return why
+    return ""
 
 
 @pytest.fixture(scope="session")

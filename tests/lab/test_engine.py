@@ -240,6 +240,7 @@ def recover(lab, play, verify: bool = False) -> None:
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_an_unknown_flag_fails_the_start_with_the_engines_own_message(lab, play, started):
     failed = run(play, "playbooks/start.yml", engine_service_extra_args=["--bogus"])
     assert failed.exit_code == 2
@@ -254,6 +255,7 @@ def test_an_unknown_flag_fails_the_start_with_the_engines_own_message(lab, play,
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_status_says_loading_while_the_port_is_closed(lab, play, started):
     slow = {"SPARKFLEET_LAB_ENGINE_LOAD_S": "300"}  # the double's load time; the real engine takes minutes
     waited = run(play, "playbooks/start.yml", engine_service_extra_env=slow, engine_service_ready_timeout=5,
@@ -279,6 +281,7 @@ def test_status_says_loading_while_the_port_is_closed(lab, play, started):
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_a_request_without_the_key_gets_the_engines_401(lab, play, started):
     keyed = {} if KEYED[lab.topology] else {"engine_service_api_key_required": True}
     if keyed:
@@ -316,6 +319,7 @@ def test_rank_1_killed_with_sigkill_shows_in_status_and_start_recovers_in_order(
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_a_restarted_worker_node_is_explained_then_recovered(lab, play, started):
     worker = lab.hosts[1]
     os.system(f"docker restart {lab.container(worker)} >/dev/null")  # noqa: S605 - the lab's own node
@@ -331,6 +335,7 @@ def test_a_restarted_worker_node_is_explained_then_recovered(lab, play, started)
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_the_engine_comes_back_after_a_whole_cluster_restart(lab, play, started):
     for host in lab.hosts:
         os.system(f"docker restart {lab.container(host)} >/dev/null")  # noqa: S605 - the lab's own nodes
@@ -346,6 +351,7 @@ def test_the_engine_comes_back_after_a_whole_cluster_restart(lab, play, started)
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_a_settings_change_restarts_in_order_and_back(lab, play, started):
     before = {h: started_at(lab, h) for h in lab.hosts}
     changed = run(play, "playbooks/start.yml", engine_service_parallel=3)
@@ -358,6 +364,7 @@ def test_a_settings_change_restarts_in_order_and_back(lab, play, started):
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
     # the pins as the lab's inventory sets them (00-lab.yml): an extra-vars override replaces the whole table
     lab_vars = yaml.safe_load((lab.state_dir / "inventory/group_vars/all/00-lab.yml").read_text())
@@ -395,6 +402,7 @@ def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_no_secret_in_any_artifact_or_log(lab, play, started):
     cmd = f"test -f {KEYS} && grep -v '^#' {KEYS} | sed 's/^[^:]*: //' || true"
     key = lab.exec("spark1", "sh", "-c", cmd).strip()
