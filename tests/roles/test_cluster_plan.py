@@ -24,10 +24,13 @@ def role_plan(play):
     return shown[0]
 
 
-def test_head_is_rank_0_and_master_addr_is_its_management_address(role_plan, node, lab):
+def test_head_is_rank_0_and_tp2s_master_addr_is_its_first_fabric_address(role_plan, node, lab):
     assert role_plan["head"] == "spark1" and role_plan["ranks"] == {"spark1": 0, "spark2": 1}
     mgmt = node("spark1").interface("enP7s7").addresses
-    assert role_plan["master_addr"] in mgmt  # not a fabric address: that one hangs silently
+    # TP2: the rendezvous on the first cable's first rail, as the real TP2 receipts (--master 10.100.8.1)
+    first = role_plan["links"][0]
+    head_end = next(end for end in (first["a"], first["b"]) if end["host"] == "spark1")
+    assert role_plan["master_addr"] == head_end["address"] and role_plan["master_addr"] not in mgmt
 
 
 def test_every_planned_rail_is_a_cable_of_the_lab(role_plan, lab, node):
