@@ -29,11 +29,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from lab_cli import command, env, sparkfleet
 
 pytestmark = [pytest.mark.destructive, pytest.mark.topology("tp3")]
 
@@ -42,30 +42,6 @@ MODELS = "/srv/sparkfleet/models"
 SNAPSHOT = f"{MODELS}/snapshot"
 MANIFEST = f"{MODELS}/.sparkfleet/manifest.json"
 PORTS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
-
-
-def command(lab, *argv: str) -> list[str]:
-    verb, *rest = argv
-    cmd = [sys.executable, "-m", "sparkfleet", *verb.split()]
-    for inv in lab.inventories:
-        cmd += ["-i", str(inv)]
-    return cmd + rest
-
-
-def env() -> dict[str, str]:
-    return os.environ | {"COLUMNS": "200"}
-
-
-def sparkfleet(lab, *argv: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command(lab, *argv),
-        cwd=lab.project_dir,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 class Background:
@@ -115,6 +91,13 @@ class Background:
                 if left <= 0:
                     raise AssertionError(f"no {pattern!r} within {timeout} s:\n{self.output[-4000:]}")
                 self._seen.wait(min(left, 1.0))
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # the test left early: nothing of the run is left behind
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def finish(self, timeout: float = 900) -> int:
         try:
@@ -166,15 +149,11 @@ def stopped(lab) -> None:
 
 def test_ctrl_c_during_the_engines_load_then_a_rerun_finishes(lab) -> None:
     stopped(lab)
-    run = Background(lab, "start", "-e", "engine_service_ready_poll=1")
-    try:
+    with Background(lab, "start", "-e", "engine_service_ready_poll=1") as run:
         run.wait_for(task_started("Wait until the API is ready"))
         time.sleep(2)  # a probe or two: the step is under way
         os.killpg(run.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C goes to the whole foreground group
         rc = run.finish(timeout=120)
-    finally:
-        if run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
     assert rc == 130, run.output[-4000:]
     assert "result: interrupted (exit 130)" in run.output, run.output[-4000:]
     # nothing of that run is left on the controller (ansible and its ssh children are gone)
@@ -241,14 +220,10 @@ def test_two_swapped_cables_are_named_and_swapping_back_heals(lab) -> None:
 def test_docker_stopped_on_a_worker_during_start_is_named_and_a_rerun_heals(lab) -> None:
     worker = lab.hosts[2]
     stopped(lab)
-    run = Background(lab, "start")
-    try:
+    with Background(lab, "start") as run:
         run.wait_for(task_started("Wait until each worker passed its argument checks"))
         lab.exec(worker, "systemctl", "stop", "docker.socket", "docker.service")
         rc = run.finish()
-    finally:
-        if run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
     assert rc == 2, run.output[-4000:]
     assert f"Docker is not running on {worker}" in run.output, run.output[-4000:]
     notes = " ".join(status(lab)["notes"])
@@ -324,14 +299,10 @@ def test_the_disk_filling_up_during_the_copy_is_named_and_a_rerun_after_freeing_
 def test_a_worker_container_stopped_while_the_cluster_loads_stops_start_cleanly(lab) -> None:
     worker = lab.hosts[1]
     stopped(lab)
-    run = Background(lab, "start", "-e", "engine_service_ready_poll=1")
-    try:
+    with Background(lab, "start", "-e", "engine_service_ready_poll=1") as run:
         run.wait_for(task_started("Wait until the API is ready"))
         lab.exec(worker, "docker", "stop", ENGINE)
         rc = run.finish()
-    finally:
-        if run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
     assert rc == 2, run.output[-4000:]
     # the failure names the stopped rank and how it ended (docker stop: SIGTERM, exit 143)
     assert f"{worker} (rank 1) stopped: killed by SIGTERM (exit 143)" in run.output, run.output[-4000:]

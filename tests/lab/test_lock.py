@@ -9,9 +9,7 @@ other runs set the inventory's own GPU clock cap (or are refused before anything
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,31 +17,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from lab_cli import command, sparkfleet
 from sparkfleet.runner import SCHEMA_FILE
 
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
 HOLD = "tests/lab/playbooks/hold.yml"
 EXIT_LOCKED = 75
-
-
-def command(lab, *argv: str) -> list[str]:
-    verb, *rest = argv
-    cmd = [sys.executable, "-m", "sparkfleet", *verb.split()]
-    for inv in lab.inventories:
-        cmd += ["-i", str(inv)]
-    return cmd + rest
-
-
-def sparkfleet(lab, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command(lab, *argv),
-        cwd=lab.project_dir,
-        env=os.environ | {"COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def state_dir(lab) -> str:
