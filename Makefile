@@ -48,7 +48,7 @@ lint: venv
 	$(PY) scripts/check-docs.py
 
 unit: venv
-	$(BIN)/pytest -q -n 2 tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadgroup tests/unit
 
 # lint then unit tests, one after the other: CPU work; `make test` runs them beside the lab side
 checks: venv

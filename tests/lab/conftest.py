@@ -13,9 +13,10 @@ Markers:
   @pytest.mark.destructive        restarts/kills things; runs after the other tests of the session;
                                   SPARKFLEET_LAB_FAULT_TESTS=0 skips them (the tp2 scenario: the tp3
                                   one runs them, and CI stays short)
-  @pytest.mark.tp2_faults         a destructive test of the engine that the tp2 scenario runs instead
-                                  (SPARKFLEET_LAB_TP2_FAULT_TESTS=0 skips it: the tp3 scenario), so
-                                  the two cluster scenarios share the fault tests' time
+  @pytest.mark.tp2_faults         a destructive test that the tp2 scenario runs instead (the engine's
+                                  restarts, the CLI's progress and prompts, clock caps: the same on
+                                  either topology); SPARKFLEET_LAB_TP2_FAULT_TESTS=0 skips it (the tp3
+                                  scenario), so the two cluster scenarios share the fault tests' time
   @pytest.mark.any_topology       runs playbooks whose outcome cannot depend on TP2 vs TP3 (host
                                   tuning, clocks); SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS=0 skips them
                                   (the tp2 scenario, like the fault tests)
@@ -39,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "topology(name): run only on a lab of that topology")
     config.addinivalue_line("markers", "destructive: disturbs the cluster; ordered last")
     config.addinivalue_line("markers", "any_topology: the same on TP2 and TP3; one scenario runs it")
-    config.addinivalue_line("markers", "tp2_faults: an engine fault test that tp2 runs (tp3 skips it)")
+    config.addinivalue_line("markers", "tp2_faults: a fault test that tp2 runs (tp3 skips it)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,8 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=why))
 
 
-# The cluster scenarios share the fault tests: tp3 runs the chaos suite and the other fault tests, tp2 the
-# engine's own fault tests (marked tp2_faults: restarts of the engine, the same on either topology), and
+# The cluster scenarios share the fault tests: tp3 runs the chaos suite and the other fault tests, tp2 those
+# marked tp2_faults (the engine's restarts, the CLI's progress and prompts, clock caps: the same on either
+# topology), and
 # the tests whose outcome cannot depend on the topology run once, in tp3. marker -> (variable whose "0"
 # skips it, why); a destructive test's variable is SPARKFLEET_LAB_TP2_FAULT_TESTS when it is marked
 # tp2_faults, else SPARKFLEET_LAB_FAULT_TESTS.
@@ -64,7 +66,7 @@ GATES = {
     ),
     "tp2_faults": (
         "SPARKFLEET_LAB_TP2_FAULT_TESTS",
-        "engine fault test: SPARKFLEET_LAB_TP2_FAULT_TESTS=0 here (the tp2 scenario runs it)",
+        "fault test of tp2: SPARKFLEET_LAB_TP2_FAULT_TESTS=0 here (the tp2 scenario runs it)",
     ),
     "any_topology": (
         "SPARKFLEET_LAB_ANY_TOPOLOGY_TESTS",

@@ -80,6 +80,7 @@ BYTES = r"\d+(\.\d)? [KMGT]?B"
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_weights_download_and_copy_show_bytes_rate_and_eta(lab) -> None:
     """The real model_weights role: a corrupt shard on the head is fetched again (download), a
     missing one on every worker is copied again (copy); both report bytes, rate and ETA as they go,
@@ -114,6 +115,7 @@ def test_weights_download_and_copy_show_bytes_rate_and_eta(lab) -> None:
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_weights_progress_bars_on_a_terminal(lab) -> None:
     """The same run on a terminal: rich progress bars with the numbers, per worker."""
     head, workers = lab.hosts[0], lab.hosts[1:]
@@ -142,6 +144,7 @@ def test_weights_progress_bars_on_a_terminal(lab) -> None:
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_start_shows_the_engine_loading(lab) -> None:
     """The real engine_service role: after a stop, `sparkfleet start` reports each readiness probe."""
     stop = sparkfleet(lab, "stop")
@@ -162,6 +165,7 @@ def test_start_shows_the_engine_loading(lab) -> None:
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_reboot_shows_each_node_coming_back(lab) -> None:
     """`sparkfleet reboot --force` (a lab node's reboot is a container restart): every node's state
     during ansible's reboot wait, from sparkfleet.cluster.reboot."""
@@ -258,6 +262,7 @@ def run_dir_of(output: str) -> Path:
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_become_with_a_password(lab, admin_inventory: Path, tmp_path: Path) -> None:
     # sudo asks: without a password every become task fails
     refused = sparkfleet(lab, "host-status", extra_inventory=admin_inventory)
@@ -297,6 +302,7 @@ def test_become_with_a_password(lab, admin_inventory: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults
 def test_hf_token_from_vault_encrypted_group_vars(lab, tmp_path: Path) -> None:
     """The hub makes the model repo private: the weights role needs the token, which only a
     vault-encrypted group_vars file holds."""

@@ -128,7 +128,7 @@ def test_the_boot_unit_runs_after_persistenced_and_before_docker(lab):
 
 
 @pytest.mark.destructive
-@pytest.mark.any_topology
+@pytest.mark.tp2_faults
 def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
     engines = {h: containers(lab, h) for h in lab.hosts}
     try:
@@ -165,7 +165,7 @@ def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
 
 
 @pytest.mark.destructive
-@pytest.mark.any_topology
+@pytest.mark.tp2_faults
 def test_show_flags_a_latched_gpu(lab, play):
     host = lab.hosts[-1]
     subprocess.run(
@@ -192,7 +192,7 @@ def test_show_flags_a_latched_gpu(lab, play):
 
 
 @pytest.mark.destructive
-@pytest.mark.any_topology
+@pytest.mark.tp2_faults
 def test_a_cap_the_gpu_ignores_is_reported_not_taken(lab, play):
     """The simulator's ignore-lock switch: -lgc answers success and the clock keeps floating (a GB10 that does
     not pin): the run, `clocks show` and a re-run say NOT TAKEN, and the re-run does not loop."""

@@ -28,6 +28,10 @@ ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 CLOSED_PORT = 9  # discard: nothing listens on loopback there
 HEX40 = "0123456789abcdef0123456789abcdef01234567"
 
+# Every test of this module reads one module-scoped fixture that runs ~95 playbooks: under xdist each
+# worker would run them all again (`make unit` passes --dist loadgroup, so the group stays on one worker).
+pytestmark = pytest.mark.xdist_group("bad_inventories")
+
 
 def good(topology: str = "tp2") -> dict:
     n = 2 if topology == "tp2" else 3
