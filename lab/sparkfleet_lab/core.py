@@ -537,6 +537,12 @@ class Lab:
         failed = d.exec_(name, ["systemctl", "--failed", "--no-legend", "--plain"], check=False).strip()
         if state == "degraded":
             self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
+            if "docker.service" in failed:  # the nested Docker stores on overlay2 over the node's volume
+                self.say(
+                    f"{host}: its Docker did not start: the nodes' Docker uses overlay2 on a volume of the "
+                    "host's Docker, which needs the host's Docker root dir on a filesystem overlayfs can "
+                    f"stack on (ext4, xfs); see `docker exec {name} journalctl -u docker`"
+                )
             return
         raise LabError(
             f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed!r}"

@@ -47,9 +47,8 @@ def _hash_tree(h: hashlib._Hash, root: Path) -> None:
 
 
 # the engine base's Python takes pip installs, as NGC PyTorch's does (the recipes pip-install the engine);
-# and it carries no documentation, man pages or translations (as Debian's -slim images): the nodes' Docker
-# stores images with vfs, which copies a whole layer for every build step, pull and load, so its size is
-# most of engine_image's time in the lab (323 MB -> ~245 MB)
+# and it carries no documentation, man pages or translations (as Debian's -slim images): 323 -> 235 MB for
+# every pull, save and load of the engine image in the lab
 ENGINE_BASE_STEPS = "pip-into-system-python,slim"
 # dpkg's path filters of Debian's slim images: later package installs leave these out too
 SLIM_DPKG_CFG = """\

@@ -32,13 +32,15 @@ def test_management_interface_is_named_like_a_spark(lab, node):
         assert lab.mgmt_ip(n) in node(host).interface("enP7s7").addresses
 
 
-def test_sshd_and_dockerd_run_and_docker_uses_vfs(lab, node):
+def test_sshd_and_dockerd_run_and_docker_uses_overlay2_on_the_nodes_volume(lab, node):
     for host in lab.hosts:
         h = node(host)
         assert h.service("ssh").is_running
         assert h.service("docker").is_running
         info = json.loads(h.check_output("sudo docker info --format '{{json .Driver}}'"))
-        assert info == "vfs"
+        assert info == "overlay2"
+        # the node's own volume, not the container's overlayfs root (overlay2 cannot stack on overlayfs)
+        assert h.check_output("stat -f -c %T /var/lib/docker") != "overlayfs"
 
 
 def test_gpu_simulator_answers_like_nvidia_smi(lab, node):
