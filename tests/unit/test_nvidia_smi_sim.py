@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "lab/sparkfleet_lab/sim/nvidia_smi.py"
 FIXTURES = Path(
     os.environ.get(
-        "SPARKFLEET_NVIDIA_FIXTURES", ROOT.parent / "shared/fixtures/nvidia-smi/h200-driver-580.159.04"
+        "SPARKFLEET_NVIDIA_FIXTURES", ROOT / "tests/unit/fixtures/nvidia-smi/h200-driver-580.159.04"
     )
 )
 FIXTURE_QUERY = (
