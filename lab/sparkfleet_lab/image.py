@@ -13,6 +13,7 @@ and a changed one (a package, an overlay file, a simulator) builds a new one.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -107,19 +108,19 @@ def _run_logged(cmd: list[str], log: Path, what: str) -> None:
 
 
 def _slim(rootfs: Path) -> None:
-    """What SLIM_DPKG_CFG filters, removed from the packages already installed (copyrights stay)."""
+    """What SLIM_DPKG_CFG filters, removed from the packages already installed (its path-includes stay)."""
     (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
     (rootfs / "etc/dpkg/dpkg.cfg.d/01-sparkfleet-slim").write_text(SLIM_DPKG_CFG)
-    for top in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
-        root = rootfs / top
-        if not root.is_dir():
-            continue
-        for path in sorted(root.rglob("*"), reverse=True):  # children before their directories
-            keep = path.name == "copyright" if top == "usr/share/doc" else path.name == "locale.alias"
+    rules = [line.split(None, 1) for line in SLIM_DPKG_CFG.splitlines()]
+    excludes = [pattern for verb, pattern in rules if verb == "path-exclude"]
+    includes = [pattern for verb, pattern in rules if verb == "path-include"]
+    for pattern in excludes:
+        top = rootfs / pattern.lstrip("/").removesuffix("/*")
+        for path in sorted(top.rglob("*"), reverse=True):  # children before their directories
             if path.is_dir() and not path.is_symlink():
                 if not any(path.iterdir()):
                     path.rmdir()
-            elif not keep:
+            elif not any(fnmatch.fnmatch("/" + path.relative_to(rootfs).as_posix(), i) for i in includes):
                 path.unlink()
 
 

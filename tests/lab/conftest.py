@@ -55,9 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # The cluster scenarios share the fault tests: tp3 runs the chaos suite and the other fault tests, tp2 those
 # marked tp2_faults (the engine's restarts, the CLI's progress and prompts, clock caps: the same on either
-# topology), and
-# the tests whose outcome cannot depend on the topology run once, in tp3. marker -> (variable whose "0"
-# skips it, why); a destructive test's variable is SPARKFLEET_LAB_TP2_FAULT_TESTS when it is marked
+# topology), and the tests whose outcome cannot depend on the topology run once, in tp3. marker -> (variable
+# whose "0" skips it, why); a destructive test's variable is SPARKFLEET_LAB_TP2_FAULT_TESTS when it is marked
 # tp2_faults, else SPARKFLEET_LAB_FAULT_TESTS.
 GATES = {
     "destructive": (
