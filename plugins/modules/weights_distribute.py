@@ -12,7 +12,7 @@ description:
   - rsync runs with C(--partial --partial-dir=.rsync-partial), so a cut-off file resumes from its part
     (rsync's delta transfer uses the part as basis), finished files are skipped (size + mtime).
     The source is the head's plain snapshot of hard links, so no hub-cache symlink reaches a worker.
-  - Workers need no internet: they only receive over SSH from the head.
+  - Workers need no internet; they only receive over SSH from the head.
   - Writes a progress file (bytes, rate, ETA) for the role's wait action.
 options:
   src: {type: path, required: true, description: the head's snapshot directory}
