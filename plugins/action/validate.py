@@ -150,6 +150,14 @@ class ActionModule(ActionBase):
         except AnsibleError as exc:
             return "error", f"{name}={show(raw)} cannot be evaluated: {exc.message.splitlines()[0]}"
 
+    def _from_bad(self, name: str, bad: set[str]) -> bool:
+        """The value as written (the inventory's or the role's) is a template naming a refused variable:
+        e.g. model_weights_snapshot_dir "{{model_weights_path}}/snapshot" with model_weights_path refused."""
+        raw = (getattr(self, "raw_values", None) or {}).get(re.split(r"[.\[]", name, maxsplit=1)[0])
+        if not isinstance(raw, str) or "{{" not in raw:
+            return False
+        return any(re.search(rf"\b{re.escape(b)}\b", raw) for b in bad if b != name)
+
     @staticmethod
     def _derived(name: str, task_vars: dict, defaults: dict) -> bool:
         raw = defaults.get(name)
@@ -253,6 +261,8 @@ class ActionModule(ActionBase):
                 continue
             if names and set(names) <= self.derived:
                 continue  # computed from another variable, whose own rules speak for it
+            if any(self._from_bad(name, bad) for name in names):
+                continue  # written as a template of a variable already refused: that one is named, not this
             try:
                 whens = rule.get("when")
                 whens = [] if whens is None else [whens] if not isinstance(whens, list) else whens
@@ -297,6 +307,7 @@ class ActionModule(ActionBase):
             if isinstance(r, dict) and r.get("when") is not None
             for n in ([r["var"]] if isinstance(r.get("var"), str) else list(r.get("var") or []))
         }
+        self.raw_values = values
         problems, bad = self._check_spec(options, values, defaults, conditional)
         uniform = self._uniform_values(list(args.get("uniform") or []), values, bad)
         hints = {name: hint(spec) for name, spec in options.items()}

@@ -5,6 +5,7 @@ and, when a value is not, what is expected, in words. Used on the controller by 
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -85,19 +86,89 @@ def k_mhz(v: Any, rule: Mapping) -> str | None:
     return None
 
 
-def k_abs_path(v: Any, rule: Mapping) -> str | None:
-    if (
-        not isinstance(v, str)
-        or not v.startswith("/")
-        or "\n" in v
-        or "//" in v.rstrip("/")
-        or v.strip() != v
-    ):
+# ---- paths ----------------------------------------------------------------------------------------
+# What a role must never take for its own: these directories themselves (a role would create files in them,
+# own them or, pointed at one, change its owner) ...
+SYSTEM_DIRS = frozenset(
+    {
+        "/", "/bin", "/boot", "/cdrom", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+        "/lost+found", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys",
+        "/tmp", "/usr", "/usr/local", "/var", "/var/backups", "/var/cache", "/var/lib", "/var/local",
+        "/var/log", "/var/mail", "/var/opt", "/var/spool", "/var/tmp",
+    }
+)  # fmt: skip
+# ... and anything inside these: the distribution's files, the kernel's, the package manager's and the
+# container runtime's state, root's home, and the world-writable temporary directories.
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found", "/proc", "/root",
+    "/run", "/sbin", "/snap", "/sys", "/tmp", "/usr", "/var/cache/apt", "/var/lib/apt", "/var/lib/containerd",
+    "/var/lib/docker", "/var/lib/dpkg", "/var/lib/systemd", "/var/log", "/var/mail", "/var/spool", "/var/tmp",
+)  # fmt: skip
+
+
+def plain_path(v: str) -> str:
+    """The path written plainly: no '.', '..', '//' or trailing '/' (what the admin most likely meant)."""
+    norm = posixpath.normpath(v)
+    return "/" + norm.lstrip("/") if norm.startswith("/") else norm
+
+
+def inside(path: str, tree: str) -> bool:
+    """`path` is `tree` or lies under it (both plain)."""
+    return tree in ("/", path) or path.startswith(tree.rstrip("/") + "/")
+
+
+def system_path_problem(path: str, rule: Mapping, what: str) -> str | None:
+    """Why a plain absolute path is no place for a role's own directory or file, or None.
+
+    `allow` (a list of trees) names the places inside a system tree where this variable's file belongs
+    (e.g. /etc/sysctl.d for a sysctl drop-in, /run/sparkfleet for sparkfleet's runtime state)."""
+    allow = rule.get("allow") or []
+    allow = [allow] if isinstance(allow, str) else list(allow)
+    if path in SYSTEM_DIRS:
+        return f"{what} of sparkfleet's own, not the system directory {path} (sparkfleet would own it)"
+    if path.startswith("/home/") and path.count("/") == 2:
+        return f"{what} of sparkfleet's own, not the home directory {path} (a directory inside it will do)"
+    if any(inside(path, str(a)) for a in allow):
+        return None
+    for tree in SYSTEM_TREES:
+        if inside(path, tree):
+            return f"{what} outside {tree} (a system tree: sparkfleet would make, own or remove files there)"
+    return None
+
+
+def _path_problem(v: Any, rule: Mapping, what: str | None) -> str | None:
+    """abs_path (what None: any absolute path, e.g. a binary) or a role's own directory/file (what given)."""
+    if not isinstance(v, str) or not v.startswith("/") or "\n" in v or "\0" in v or v.strip() != v:
         return "an absolute path (starting with /)"
+    plain = plain_path(v)
+    if plain != v:
+        why = system_path_problem(plain, rule, what) if what else None
+        if why:
+            return f"{why} ({v!r} written plainly is {plain!r})"
+        return f"the path written plainly: {plain!r} (no '.', '..', '//' or trailing '/')"
+    if what:
+        why = system_path_problem(v, rule, what)
+        if why:
+            return why
     pattern = rule.get("pattern")
     if pattern and not re.match(pattern, v):
         return f"an absolute path matching {pattern}"
     return None
+
+
+def k_abs_path(v: Any, rule: Mapping) -> str | None:
+    """Any absolute path, written plainly (a binary, a sysfs root, a path inside the container)."""
+    return _path_problem(v, rule, None)
+
+
+def k_data_dir(v: Any, rule: Mapping) -> str | None:
+    """A directory a role makes and keeps its own files in (weights, state, caches, a venv)."""
+    return _path_problem(v, rule, "a directory")
+
+
+def k_data_file(v: Any, rule: Mapping) -> str | None:
+    """A file a role writes (a record, a key file, a swapfile, a drop-in where `allow` says)."""
+    return _path_problem(v, rule, "a file")
 
 
 def k_ip(v: Any, rule: Mapping) -> str | None:
@@ -163,6 +234,8 @@ KINDS: dict[str, Callable[[Any, Mapping], str | None]] = {
     "port": k_port,
     "mhz": k_mhz,
     "abs_path": k_abs_path,
+    "data_dir": k_data_dir,
+    "data_file": k_data_file,
     "ip": k_ip,
     "host": k_host,
     "cidr": k_cidr,
