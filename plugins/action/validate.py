@@ -31,6 +31,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import as_int, check_kind
 
 PLACEHOLDER = "CHANGE-ME"
+_ROLE_CACHE: dict[tuple, tuple[dict, dict, dict, dict]] = {}
 RAW_ARGS = ("rules",)  # evaluated one by one here, never templated up front
 _TYPES = {
     "int": "a whole number",
@@ -316,8 +317,18 @@ class ActionModule(ActionBase):
         return problems, list(self.warnings_found), uniform
 
     def _load_role(self, name: str) -> tuple[dict, dict, dict, dict, Path]:
-        """A role of this collection as Ansible reads it: spec, defaults, vars, its validate task's args."""
+        """A role of this collection as Ansible reads it: spec, defaults, vars, its validate task's args.
+        Read once per process while its files are unchanged (a process that checks many inventories, as
+        the unit tests do, reads each role once; nothing here mutates what was read)."""
         path = self.COLLECTION_ROOT / "roles" / name
+        files = ("meta/argument_specs.yml", "tasks/validate.yml", "vars/main.yml", "defaults/main.yml")
+        key = (str(path), tuple((path / f).stat().st_mtime_ns if (path / f).exists() else 0 for f in files))
+        if key not in _ROLE_CACHE:
+            _ROLE_CACHE[key] = self._read_role(path, name)
+        options, defaults, role_vars, args = _ROLE_CACHE[key]
+        return options, dict(defaults), dict(role_vars), dict(args), path
+
+    def _read_role(self, path: Path, name: str) -> tuple[dict, dict, dict, dict]:
         if not (path / "tasks/validate.yml").exists():
             raise AnsibleError(f"sparkfleet.cluster.validate: role {name} has no tasks/validate.yml")
         spec_file = path / "meta/argument_specs.yml"
@@ -336,7 +347,7 @@ class ActionModule(ActionBase):
                     args = dict(task[key] or {})
                     task_vars = dict(task.get("vars") or {})  # the task's own vars, as when it runs
         role_vars = {**dict(load("vars/main.yml") or {}), **task_vars}
-        return options, dict(load("defaults/main.yml") or {}), role_vars, args, path
+        return options, dict(load("defaults/main.yml") or {}), role_vars, args
 
     def _check_roles(self, names: list, task_vars: dict) -> tuple[list[dict], list[dict], dict]:
         """Preflight: every role's validation for this node in one task, each role with its own defaults

@@ -1,11 +1,14 @@
 """Preflight refuses bad inventories before any host is touched (table-driven, >= 40 cases).
 
-Each case writes a complete inventory (hosts on loopback addresses with a closed SSH port), breaks
-one thing, and runs playbooks/preflight.yml with ansible-playbook. Expected: the run fails in
-layer 1 on localhost with the case's message (naming the variable and the value), and no cluster
-host shows a change or even a connection attempt (an attempt would be `unreachable`: nothing
-listens on that port). The control case, a good inventory, passes layer 1 and does try to
-connect, which shows the check above can tell the difference.
+Each case writes a complete inventory (hosts on loopback addresses with a closed SSH port) and breaks
+one thing. In-process (tests/unit/layer1.py): Ansible's own InventoryManager and VariableManager give
+each host its variables, and the first play of playbooks/preflight.yml (the validate action over every
+role's rules) runs for every host with a connection that fails the test if anything uses it; the
+verdict filter then must list exactly one problem, the case's (naming the variable and the value).
+Three real `ansible-playbook playbooks/preflight.yml` runs prove the playbook does the same: a bad case
+fails in layer 1 on localhost and no cluster host shows a change or even a connection attempt (an
+attempt would be `unreachable`: nothing listens on that port); the good inventory passes layer 1 and
+does try to connect, which shows the check above can tell the difference; a short revision warns.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import layer1
 import pytest
 import yaml
 
@@ -27,10 +31,6 @@ PLAYBOOK = ROOT / "playbooks/preflight.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 CLOSED_PORT = 9  # discard: nothing listens on loopback there
 HEX40 = "0123456789abcdef0123456789abcdef01234567"
-
-# Every test of this module reads one module-scoped fixture that runs ~95 playbooks: under xdist each
-# worker would run them all again (`make unit` passes --dist loadgroup, so the group stays on one worker).
-pytestmark = pytest.mark.xdist_group("bad_inventories")
 
 
 def good(topology: str = "tp2") -> dict:
@@ -415,29 +415,11 @@ def messages(result: dict, host: str) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
-    """All cases run once, two at a time (the machine is shared)."""
-    jobs = {}
-    for case_id, topology, mutate, _expected in CASES:
-        inv = good(topology)
-        mutate(inv)
-        jobs[case_id] = (inv, all_hosts_of(inv))
-    jobs["control-good-tp3"] = (good("tp3"), all_hosts_of(good("tp3")))
-    short = good("tp2")
-    short["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
-    jobs["control-short-revision"] = (short, all_hosts_of(short))
-
-    def one(item):
-        case_id, (inv, _hosts) = item
-        root = tmp_path_factory.mktemp(case_id)
-        return case_id, run_preflight(write_inventory(root / "inventory", copy.deepcopy(inv)))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(pool.map(one, jobs.items()))
-    for case_id, (_inv, hosts) in jobs.items():
-        done[case_id]["cluster_hosts"] = hosts
-    return done
+def inventory_of(tmp_path: Path, case: tuple) -> Path:
+    _case_id, topology, mutate, _expected = case
+    inv = good(topology)
+    mutate(inv)
+    return write_inventory(tmp_path / "inventory", inv)
 
 
 def test_there_are_at_least_40_cases():
@@ -446,17 +428,65 @@ def test_there_are_at_least_40_cases():
 
 
 HEADER = "preflight: the inventory has "
+BY_ID = {c[0]: c for c in CASES}
 
 
 @pytest.mark.parametrize(("case_id", "expected"), [(c[0], c[3]) for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_inventory_is_refused_by_layer_1_naming_only_its_rule(results, case_id, expected):
-    r = results[case_id]
+def test_bad_inventory_is_refused_by_layer_1_naming_only_its_rule(tmp_path, case_id, expected):
+    verdict = layer1.verdict(inventory_of(tmp_path, BY_ID[case_id]))
+    problems = verdict["problems"]
+    assert len(problems) == 1, f"{case_id}: expected exactly one problem, got:\n" + "\n".join(problems)
+    assert expected in problems[0], f"{case_id}: expected {expected!r} in\n{problems[0]}"
+
+
+def test_good_inventories_pass_layer_1_in_process(tmp_path):
+    for topology in ("tp2", "tp3"):
+        inv = write_inventory(tmp_path / topology / "inventory", good(topology))
+        assert layer1.verdict(inv) == {"problems": [], "warnings": []}, topology
+
+
+def test_layer_1_in_process_never_uses_a_connection(tmp_path):
+    """The double connection raises on any use: a validate action that reached for a node would fail."""
+    conn = layer1.NoConnection()
+    with pytest.raises(AssertionError, match="touched a node"):
+        conn.exec_command("true")
+
+
+# Three real runs of the playbook (ansible-playbook, its callbacks and its exit code), two at a time.
+REAL = {
+    "placeholder-address": None,  # a bad case: refused in layer 1, nothing contacted
+    "control-good-tp3": good("tp3"),
+    "control-short-revision": good("tp2"),
+}
+REAL["control-short-revision"]["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory) -> dict[str, dict]:
+    def one(case_id: str) -> tuple[str, dict]:
+        root = tmp_path_factory.mktemp(case_id)
+        inv = REAL[case_id]
+        if inv is None:
+            path = inventory_of(root, BY_ID[case_id])
+            inv = good(BY_ID[case_id][1])
+            BY_ID[case_id][2](inv)
+        else:
+            path = write_inventory(root / "inventory", copy.deepcopy(inv))
+        out = run_preflight(path)
+        out["cluster_hosts"] = all_hosts_of(inv)
+        return case_id, out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, REAL))
+
+
+def test_real_run_refuses_a_bad_inventory_in_layer_1_contacting_no_host(real_runs):
+    case_id = "placeholder-address"
+    r = real_runs[case_id]
     assert r["rc"] == 2, f"{case_id}: exit {r['rc']}, not 2; stderr:\n{r['stderr'][-2000:]}"
     msgs = messages(r, "localhost")
     assert msgs and msgs[0].startswith(HEADER) and "no host was contacted or changed" in msgs[0], msgs
-    problems = msgs[1:]
-    assert len(problems) == 1, f"{case_id}: expected exactly one problem, got:\n" + "\n".join(problems)
-    assert expected in problems[0], f"{case_id}: expected {expected!r} in\n{problems[0]}"
+    assert len(msgs[1:]) == 1 and BY_ID[case_id][3] in msgs[1], msgs
     stats = r["stats"]
     assert stats["localhost"]["failures"] >= 1
     for host in r["cluster_hosts"]:
@@ -468,18 +498,23 @@ def test_bad_inventory_is_refused_by_layer_1_naming_only_its_rule(results, case_
     assert [p["play"]["name"] for p in r["plays"]][-1].startswith("Preflight layer 1, the verdict")
 
 
-def test_control_good_inventory_passes_layer_1_and_only_then_connects(results):
-    r = results["control-good-tp3"]
+def test_control_good_inventory_passes_layer_1_and_only_then_connects(real_runs):
+    r = real_runs["control-good-tp3"]
     assert messages(r, "localhost") == []
     assert r["stats"]["localhost"]["failures"] == 0
     # layer 2 tries to gather facts: the closed port makes every host unreachable, so the
-    # zero-unreachable check of the bad cases means something
+    # zero-unreachable check of the bad case means something
     assert all(r["stats"][h]["unreachable"] == 1 for h in r["cluster_hosts"]), r["stats"]
     assert all(r["stats"][h].get("changed", 0) == 0 for h in r["cluster_hosts"])
 
 
-def test_short_revision_is_accepted_with_a_warning(results):
-    r = results["control-short-revision"]
+def test_short_revision_is_accepted_with_a_warning(real_runs, tmp_path):
+    r = real_runs["control-short-revision"]
     assert r["stats"]["localhost"]["failures"] == 0
     assert "sparkfleet_pins.model.revision='afc7aa0a' is a short commit (8 hex" in r["stderr"] + json.dumps(r)
     assert "pin the full 40-hex commit" in r["stderr"] + json.dumps(r)
+    # in-process the same warning, and no problem
+    inv = write_inventory(tmp_path / "inventory", copy.deepcopy(REAL["control-short-revision"]))
+    verdict = layer1.verdict(inv)
+    assert verdict["problems"] == []
+    assert any("sparkfleet_pins.model.revision='afc7aa0a' is a short commit" in w for w in verdict["warnings"])
