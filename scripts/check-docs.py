@@ -9,7 +9,13 @@
 - Filters: each filter a FilterModule returns has a sidecar YAML (plugins/filter/<name>.yml) whose
   options are the filter function's parameters.
 - Action plugins without a module of their name, and the strategy plugin, are documented too.
-- ansible-doc renders every module, filter and the strategy (its exit code and stderr are checked).
+- description and short_description are text (a string or a list of strings): a plain YAML item
+  holding ': ' is a mapping, which ansible-doc cannot render (issue 25).
+- The real ansible-doc, as a user runs it, over every plugin type of plugins/ and every role of
+  roles/: `ansible-doc -t <type> -l sparkfleet.cluster` lists each, and `ansible-doc -t <type> <fqcn>`
+  renders each as text (not --json: the JSON dump skips the text formatting that fails) with exit 0,
+  nothing on stderr and a page for every name. One call per type; when a batch fails, every name is
+  rendered alone, so each broken plugin is named (ansible-doc stops at the first).
 
 ansible-test sanity's validate-modules needs packages this project does not pin (voluptuous,
 antsibull-docs-parser) and a checkout at ansible_collections/<ns>/<name>; this is the same check of
@@ -22,10 +28,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
-import json
 import os
+import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +55,22 @@ TASK_KEYWORDS = {
     "delegate_to", "run_once", "no_log", "async", "poll", "until", "retries", "delay", "loop", "vars",
     "environment", "tags", "notify", "ignore_errors", "args", "diff",
 }  # fmt: skip
+# plugin directories of a collection that ansible-doc documents, by its plugin type (-t)
+DOC_TYPES = {
+    "modules": "module", "filter": "filter", "test": "test", "strategy": "strategy", "lookup": "lookup",
+    "callback": "callback", "connection": "connection", "inventory": "inventory", "become": "become",
+    "cache": "cache", "vars": "vars", "shell": "shell", "cliconf": "cliconf", "httpapi": "httpapi",
+    "netconf": "netconf",
+}  # fmt: skip
+# plugin directories ansible-doc has no type for: an action is documented by plugins/modules/<name>.py
+# (-t module renders it), the others hold code that plugins import
+NOT_DOC_TYPES = {"action", "module_utils", "plugin_utils", "doc_fragments", "terminal"}
+# stderr of ansible-doc that is not about documentation: ansible-core deprecates every strategy
+# plugin outside ansible.builtin (plugins/strategy/sparkfleet.py is one) when it lists them
+NOT_ABOUT_DOCS = (
+    "[DEPRECATION WARNING]: Use of strategy plugins not included in ansible.builtin are deprecated",
+    "[WARNING]: Deprecation warnings can be disabled",
+)
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -90,6 +113,13 @@ def doc_strings(path: Path) -> dict[str, str]:
     return out
 
 
+def importable_collection() -> None:
+    """Plugins import ansible_collections.sparkfleet.cluster...: found through the checkout's link."""
+    collections = ROOT / ".collections"
+    if str(collections) not in sys.path:
+        sys.path.insert(0, str(collections))
+
+
 def load_python(path: Path, name: str) -> Any:
     """Import a plugin file under `name` (registered first: dataclasses look their module up)."""
     spec = importlib.util.spec_from_file_location(name, path)
@@ -117,9 +147,7 @@ def argument_spec(path: Path) -> dict:
     """The keyword arguments the module's main() passes to AnsibleModule (main() stops right there)."""
     from ansible.module_utils import basic
 
-    collections = ROOT / ".collections"
-    if str(collections) not in sys.path:
-        sys.path.insert(0, str(collections))
+    importable_collection()
     real = basic.AnsibleModule
     basic.AnsibleModule = _RecordingModule
     try:
@@ -195,6 +223,31 @@ def check_header(where: str, doc: dict, key: str, name: str, problems: list[str]
     for field in ("short_description", "description", "author"):
         if not doc.get(field):
             problems.append(f"{where}: DOCUMENTATION has no {field}")
+    check_texts(f"{where} DOCUMENTATION", doc, problems)
+
+
+def check_texts(where: str, doc: Any, problems: list[str], at: str = "") -> None:
+    """description and short_description, here and in every option, suboption and returned value,
+    are a string or a list of strings: ansible-doc formats them as text and fails on anything else."""
+    if not isinstance(doc, dict):
+        return
+    for field in ("short_description", "description"):
+        value = doc.get(field)
+        items = value if isinstance(value, list) else [value]
+        for n, item in enumerate(items, start=1):
+            if item is not None and not isinstance(item, str):
+                which = f"{at}{field}" + (f" item {n}" if isinstance(value, list) else "")
+                hint = (
+                    " (a plain YAML item holding ': ' is a mapping: quote it)"
+                    if isinstance(item, dict)
+                    else ""
+                )
+                problems.append(f"{where}: {which} is not text but {type(item).__name__} {item!r}{hint}")
+    for sub in ("options", "suboptions", "contains"):
+        entries = doc.get(sub)
+        if isinstance(entries, dict):
+            for name, entry in entries.items():
+                check_texts(where, entry, problems, f"{at}{sub}.{name}.")
 
 
 def check_return(where: str, text: str, problems: list[str]) -> None:
@@ -204,6 +257,7 @@ def check_return(where: str, text: str, problems: list[str]) -> None:
     if not isinstance(doc, dict) or not doc:
         problems.append(f"{where} RETURN: not a mapping of return values")
         return
+    check_texts(f"{where} RETURN", {"contains": doc}, problems)
     for key, value in doc.items():
         missing = [
             f for f in ("description", "returned", "type") if not isinstance(value, dict) or f not in value
@@ -276,12 +330,14 @@ def action_args(path: Path) -> set[str] | None:
 
 
 # ---- filters ------------------------------------------------------------------------------------------
-def filter_functions() -> dict[str, tuple[str, Any]]:
-    """Filter name -> (its file, its function), as the FilterModules return them."""
+def filter_functions(directory: Path = FILTERS, kind: str = "filter") -> dict[str, tuple[str, Any]]:
+    """Filter (or test) name -> (its file, its function), as the FilterModules (TestModules) return them."""
+    cls, method = ("FilterModule", "filters") if kind == "filter" else ("TestModule", "tests")
+    importable_collection()
     out = {}
-    for path in sorted(FILTERS.glob("*.py")):
-        mod = load_python(path, f"_sparkfleet_doccheck_filter_{path.stem}")
-        for name, fn in mod.FilterModule().filters().items():
+    for path in sorted(directory.glob("*.py")):
+        mod = load_python(path, f"_sparkfleet_doccheck_{kind}_{path.stem}")
+        for name, fn in getattr(getattr(mod, cls)(), method)().items():
             out[name] = (path.name, fn)
     return out
 
@@ -305,6 +361,7 @@ def check_filter(name: str, source: str, fn: Any, problems: list[str]) -> None:
         problems.append(f"{where}: no _input option (what the filter is applied to)")
     compare_parameters(where, f"{source}:{fn.__name__}", fn, options, problems)
     ret = doc.get("RETURN") or {}
+    check_texts(f"{where} RETURN", {"contains": ret}, problems)
     if "_value" not in ret:
         problems.append(f"{where}: RETURN has no _value")
     if isinstance(doc.get("EXAMPLES"), str):
@@ -349,32 +406,155 @@ def check_documented_plugin(path: Path, kind: str, problems: list[str]) -> None:
     check_header(where, doc, "name", path.stem, problems)
 
 
-def ansible_doc(kind: str, names: list[str], problems: list[str]) -> None:
-    """ansible-doc renders each plugin (run from the checkout: ansible.cfg finds the collection)."""
-    if not names:
-        return
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+# ---- the real ansible-doc ----------------------------------------------------------------------------
+def documented_names(root: Path, problems: list[str]) -> dict[str, list[str]]:
+    """ansible-doc type -> the short names of the collection's plugins of that type; "role" -> its roles."""
+    out: dict[str, list[str]] = {}
+    plugins = root / "plugins"
+    for directory in sorted(p for p in plugins.iterdir() if p.is_dir()) if plugins.is_dir() else ():
+        kind = DOC_TYPES.get(directory.name)
+        if directory.name in NOT_DOC_TYPES or directory.name == "__pycache__":
+            continue
+        if kind is None:
+            problems.append(
+                f"plugins/{directory.name}: a plugin directory check-docs does not know: "
+                "add it to DOC_TYPES (ansible-doc documents it) or NOT_DOC_TYPES"
+            )
+            continue
+        if kind in ("filter", "test"):
+            names = sorted(filter_functions(directory, kind))
+        else:
+            names = sorted(p.stem for p in directory.glob("*.py") if p.stem != "__init__")
+        if names:
+            out[kind] = names
+    roles = root / "roles"
+    names = sorted(p.name for p in roles.iterdir() if p.is_dir()) if roles.is_dir() else []
+    if names:
+        out["role"] = names
+    return out
+
+
+def ansible_doc_env() -> dict[str, str]:
+    """The environment `make lint` runs ansible-doc in: this checkout's ansible.cfg finds the collection."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_PATHS")
+    }
+    return {**env, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+
+
+def run_ansible_doc(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str, list[str]]:
+    """Exit code, stdout and the stderr messages about documentation (one per message, tracebacks cut)."""
     exe = Path(sys.executable).with_name("ansible-doc")
     proc = subprocess.run(
-        [str(exe), "-t", kind, "--json", *names],
+        [str(exe), *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env=env,
+        cwd=cwd,
+        env={**env, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
         check=False,
     )
-    noise = [ln for ln in proc.stderr.splitlines() if ln.strip() and "deprecat" not in ln.lower()]
-    if proc.returncode != 0 or noise:
-        problems.append(f"ansible-doc -t {kind}: exit {proc.returncode}: {' | '.join(noise)[:2000]}")
+    messages: list[str] = []
+    traceback = False  # ansible-doc prints one after an "Unexpected Exception": its message says enough
+    for line in proc.stderr.splitlines():
+        if line.startswith("["):
+            messages.append(line.strip())
+            traceback = False
+        elif line.startswith("Traceback (most recent call last)"):
+            traceback = True
+        elif line.strip() and not traceback:  # a message's continuation
+            if messages:
+                messages[-1] += " " + line.strip()
+            else:
+                messages.append(line.strip())
+    messages = [" ".join(m.split())[:400] for m in messages if not m.startswith(NOT_ABOUT_DOCS)]
+    return proc.returncode, proc.stdout, messages
+
+
+# the head line of each page ansible-doc renders: "> MODULE <fqcn> (<path>)", "> ROLE: *<fqcn>* (<path>)"
+PAGE = re.compile(r"^> [A-Z]+:? \*?([^\s*]+)\*? \((.+)\)$", re.MULTILINE)
+
+
+def render_problems(kind: str, fqcns: list[str], root: Path, env: dict[str, str], cwd: Path) -> list[str]:
+    """What goes wrong when ansible-doc renders these plugins (or roles) as text, as a user sees them."""
+    rc, out, messages = run_ansible_doc(["-t", kind, *fqcns], env, cwd)
+    found = []
+    if rc != 0:
+        found.append(f"exit {rc}")
+    found += messages
+    pages = {name: path for name, path in PAGE.findall(out)}
+    if rc == 0:  # after a failure ansible-doc prints no page at all
+        for fqcn in fqcns:
+            if fqcn not in pages:
+                found.append(f"no page rendered for {fqcn}")
+            elif not Path(pages[fqcn]).resolve().is_relative_to(root.resolve()):
+                found.append(f"{fqcn} rendered from {pages[fqcn]}, not from {root}")
+    return found
+
+
+def check_rendering(
+    kind: str, names: list[str], problems: list[str], *, root: Path, env: dict[str, str], cwd: Path
+) -> None:
+    """All names in one call; if that fails, each alone: ansible-doc stops at the first broken one, and
+    a role's failure ("Unexpected Exception") does not name the role."""
+    fqcns = [f"{FQCN}.{n}" for n in names]
+    batch = render_problems(kind, fqcns, root, env, cwd)
+    if not batch:
         return
-    try:
-        shown = json.loads(proc.stdout)
-    except ValueError:
-        problems.append(f"ansible-doc -t {kind}: no JSON ({proc.stdout[:200]!r})")
+    if len(fqcns) == 1:
+        problems.append(f"ansible-doc -t {kind} {fqcns[0]}: {' | '.join(batch)}")
         return
-    for name in names:
-        if not (shown.get(name) or {}).get("doc"):
-            problems.append(f"ansible-doc -t {kind} {name}: nothing rendered")
+    named = False
+    for fqcn in fqcns:
+        alone = render_problems(kind, [fqcn], root, env, cwd)
+        if alone:
+            named = True
+            problems.append(f"ansible-doc -t {kind} {fqcn}: {' | '.join(alone)}")
+    if not named:
+        problems.append(
+            f"ansible-doc -t {kind} with all {len(fqcns)} names: {' | '.join(batch)} (each renders alone)"
+        )
+
+
+def check_listing(
+    kind: str, names: list[str], problems: list[str], *, env: dict[str, str], cwd: Path
+) -> None:
+    """`ansible-doc -t <kind> -l sparkfleet.cluster` lists exactly these names, and says nothing on stderr."""
+    rc, out, messages = run_ansible_doc(["-t", kind, "-l", FQCN], env, cwd)
+    where = f"ansible-doc -t {kind} -l {FQCN}"
+    if rc != 0 or messages:
+        problems.append(f"{where}: exit {rc}: {' | '.join(messages)}")
+    if kind == "role":  # "<fqcn>:" then its entry points, indented
+        listed = {ln[:-1] for ln in out.splitlines() if ln.endswith(":") and not ln[:1].isspace()}
+    else:  # "<fqcn>  <short description>"
+        listed = {ln.split()[0] for ln in out.splitlines() if ln.strip() and not ln[:1].isspace()}
+    wanted = {f"{FQCN}.{n}" for n in names}
+    for fqcn in sorted(wanted - listed):
+        problems.append(f"{where}: does not list {fqcn}")
+    for fqcn in sorted(listed - wanted):
+        problems.append(f"{where}: lists {fqcn}, which is not in this checkout's {kind}s")
+
+
+def check_ansible_doc(
+    root: Path, problems: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> dict[str, list[str]]:
+    """The real ansible-doc over every plugin and role of the collection at `root`: each type listed,
+    then each name rendered (two types at a time: the machine's two cores). Returns what was checked."""
+    env = ansible_doc_env() if env is None else env
+    cwd = root if cwd is None else cwd
+    names = documented_names(root, problems)
+
+    def one_type(kind: str) -> list[str]:
+        found: list[str] = []
+        check_listing(kind, names[kind], found, env=env, cwd=cwd)
+        check_rendering(kind, names[kind], found, root=root, env=env, cwd=cwd)
+        return found
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for found in pool.map(one_type, names):
+            problems.extend(found)
+    return names
 
 
 def main() -> int:
@@ -398,12 +578,13 @@ def main() -> int:
     strategies = sorted(STRATEGIES.glob("*.py"))
     for path in strategies:
         check_documented_plugin(path, "strategy", problems)
-    ansible_doc("module", [f"{FQCN}.{p.stem}" for p in modules], problems)
-    ansible_doc("filter", [f"{FQCN}.{n}" for n in sorted(filters)], problems)
-    ansible_doc("strategy", [f"{FQCN}.{p.stem}" for p in strategies], problems)
+    rendered = check_ansible_doc(ROOT, problems)
     for line in problems:
         print(line)
-    count = f"{len(modules)} modules, {len(filters)} filters, {len(strategies)} strategy"
+    count = ", ".join(f"{len(v)} {k}" for k, v in rendered.items())
+    count = (
+        f"{len(modules)} modules, {len(filters)} filters, {len(strategies)} strategy; ansible-doc: {count}"
+    )
     print(f"check-docs: {len(problems)} problem(s) in {count}" if problems else f"check-docs: ok ({count})")
     return 1 if problems else 0
 
