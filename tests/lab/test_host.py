@@ -103,16 +103,6 @@ def test_earlyoom_runs_with_the_spec_arguments(lab, node):
 
 
 @pytest.mark.any_topology
-def test_host_playbook_is_idempotent_and_check_clean(lab, play):
-    again = play("playbooks/host.yml")
-    assert again.exit_code == 0, again.failures
-    assert changed(again) == dict.fromkeys(lab.hosts, 0)
-    dry = play("playbooks/host.yml", check=True, diff=True)
-    assert dry.exit_code == 0, dry.failures
-    assert changed(dry) == dict.fromkeys(lab.hosts, 0)
-
-
-@pytest.mark.any_topology
 def test_container_limits_are_said_not_hidden(lab, play):
     events = Events()
     result = play("playbooks/host.yml", tags="host_tuning", on_event=events)

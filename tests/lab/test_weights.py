@@ -1,4 +1,4 @@
-"""Model weights on a live lab: converged, idempotent, repaired after corruption, refused on full disk.
+"""Model weights on a live lab: converged, a re-run changes nothing, corruption repaired, a full disk refused.
 
 Needs a lab whose fabric and SSH trust are converged (site.yml, or network.yml first):
 `SPARKFLEET_LAB=<name> pytest tests/lab/test_weights.py`.
@@ -43,10 +43,10 @@ def converged(lab, play):
     return result
 
 
-def test_weights_converge_and_a_second_run_changes_nothing(lab, play, converged):
-    again = weights(play)
-    assert again.exit_code == 0, failure_text(again)
-    assert {h: s.changed for h, s in again.hosts.items()} == dict.fromkeys(lab.hosts, 0)
+def test_weights_after_the_converge_changes_nothing(lab, converged):
+    """The module's run after site.yml's converge: nothing to fetch, copy or fix (molecule's idempotence
+    step proves site.yml as a whole; this is the weights playbook alone, the one admins re-run)."""
+    assert {h: s.changed for h, s in converged.hosts.items()} == dict.fromkeys(lab.hosts, 0)
 
 
 def test_every_node_records_the_same_verified_manifest(lab, converged):
