@@ -21,6 +21,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import k_abs_path, k_data_dir
+
 LABEL_PREFIX = "io.sparkfleet.engine"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 SETTINGS_LABEL = f"{LABEL_PREFIX}.settings"
@@ -284,10 +286,12 @@ def extra_arg_problems(extra: list | None, profile: Mapping, caches: list | None
 
 
 def _cache_problems(where: str, cache: Mapping) -> list[str]:
+    # path: a directory on the node the role makes and owns (never a system one); mount: inside the container
     out = [
-        f"{where}: {key}={cache.get(key)!r} must be an absolute path"
-        for key in ("path", "mount")
-        if not str(cache.get(key, "")).startswith("/")
+        f"{where}: {key}={cache.get(key)!r}: expected {want}"
+        for key, check in (("path", k_data_dir), ("mount", k_abs_path))
+        for want in [check(cache.get(key), {})]
+        if want
     ]
     if cache.get("nodes", "all") not in ("all", "head"):
         out.append(f"{where}: nodes={cache.get('nodes')!r} must be all or head")

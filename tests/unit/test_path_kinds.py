@@ -122,3 +122,25 @@ def test_any_absolute_path_may_be_a_system_one_when_only_read():
     assert (
         check("abs_path", "/sys/") == "the path written plainly: '/sys' (no '.', '..', '//' or trailing '/')"
     )
+
+
+def test_an_engine_cache_on_a_system_path_is_refused_naming_the_entry():
+    from ansible_collections.sparkfleet.cluster.plugins.filter import engine
+
+    ok = {"name": "spill", "nodes": "head", "size_gib": 1, "path": "/var/lib/sparkfleet/engine/spill",
+          "mount": "/cache/spill", "dir_arg": "--snapshot-dir"}  # fmt: skip
+    assert engine.cache_problems([ok]) == []
+    for path, said in (
+        ("/boot/spill", "outside /boot"),
+        ("/var", "system directory /var"),
+        ("/srv/x/", "'/srv/x'"),
+    ):
+        out = engine.cache_problems([{**ok, "path": path}])
+        assert len(out) == 1 and out[0].startswith(
+            f"engine_service_caches[0] (spill): path={path!r}: expected "
+        )
+        assert said in out[0], out
+    out = engine.cache_problems([{**ok, "mount": "cache"}])
+    assert out == [
+        "engine_service_caches[0] (spill): mount='cache': expected an absolute path (starting with /)"
+    ]
