@@ -31,7 +31,7 @@ from ansible.vars.manager import VariableManager
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks/preflight.yml"
-_LOADED = False
+_STATE = {"loaded": False}
 
 
 class NoConnection(LocalConnection):
@@ -48,12 +48,11 @@ def _load_plugins() -> None:
     this process imported as plain packages (tests/conftest.py puts .collections on sys.path) are
     forgotten first: the loader reads the collection's metadata only when it imports the package itself.
     Tests that imported them keep their own references."""
-    global _LOADED
-    if not _LOADED:
-        for name in [m for m in sys.modules if m == "ansible_collections" or m.startswith("ansible_collections.")]:
+    if not _STATE["loaded"]:
+        for name in [m for m in sys.modules if m.split(".")[0] == "ansible_collections"]:
             del sys.modules[name]
         init_plugin_loader([str(ROOT / ".collections"), *C.COLLECTIONS_PATHS])
-        _LOADED = True
+        _STATE["loaded"] = True
 
 
 def facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
