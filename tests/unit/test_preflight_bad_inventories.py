@@ -365,6 +365,92 @@ CASES = [
     # role preflight
     ("free-memory-beyond-a-spark", "tp2", set_var("other", preflight_min_free_memory_gib=200),
      "preflight_min_free_memory_gib=200: expected a whole number between 0 and 128"),
+    # issue 21: paths an admin sets (module_utils/input_kinds.py data_dir / data_file / abs_path)
+    ("weights-path-etc", "tp2", set_var("other", model_weights_path="/etc"),
+     "model_weights_path='/etc': expected a directory of sparkfleet's own, not the system directory /etc"),
+    ("weights-path-root", "tp2", set_var("other", model_weights_path="/"),
+     "model_weights_path='/': expected a directory of sparkfleet's own, not the system directory /"),
+    ("weights-path-root-snapshot-written-as-a-template", "tp2",
+     set_var("other", model_weights_path="/", model_weights_snapshot_dir="{{model_weights_path}}/snapshot"),
+     "model_weights_path='/': expected a directory of sparkfleet's own, not the system directory /"),
+    ("weights-path-usr-local", "tp2", set_var("other", model_weights_path="/usr/local"),
+     "model_weights_path='/usr/local': expected a directory of sparkfleet's own, not the system directory "
+     "/usr/local"),
+    ("weights-path-home", "tp2", set_var("other", model_weights_path="/home"),
+     "model_weights_path='/home': expected a directory of sparkfleet's own, not the system directory /home"),
+    ("weights-path-dotdot", "tp2", set_var("other", model_weights_path="/srv/sparkfleet/../models"),
+     "model_weights_path='/srv/sparkfleet/../models': expected the path written plainly: '/srv/models'"),
+    ("weights-path-dotdot-into-etc", "tp2", set_var("other", model_weights_path="/srv/../etc/models"),
+     "model_weights_path='/srv/../etc/models': expected a directory outside /etc"),
+    ("weights-path-trailing-slash", "tp2", set_var("other", model_weights_path="/srv/sparkfleet/models/"),
+     "model_weights_path='/srv/sparkfleet/models/': expected the path written plainly: "
+     "'/srv/sparkfleet/models'"),
+    ("weights-path-under-boot", "tp2", set_var("other", model_weights_path="/boot/models"),
+     "model_weights_path='/boot/models': expected a directory outside /boot (a system tree"),
+    ("snapshot-dir-is-the-weights-path", "tp2",
+     set_var("other", model_weights_snapshot_dir="/srv/sparkfleet/models"),
+     "model_weights_snapshot_dir=/srv/sparkfleet/models holds model_weights_path=/srv/sparkfleet/models"),
+    ("weights-venv-under-usr", "tp2", set_var("other", model_weights_venv="/usr/local/hf-client"),
+     "model_weights_venv='/usr/local/hf-client': expected a directory outside /usr"),
+    ("weights-record-in-etc", "tp2", set_var("other", model_weights_record="/etc/weights.json"),
+     "model_weights_record='/etc/weights.json': expected a file outside /etc"),
+    ("state-dir-var", "tp2", set_var("cluster", sparkfleet_state_dir="/var"),
+     "sparkfleet_state_dir='/var': expected a directory of sparkfleet's own, not the system directory /var"),
+    ("state-dir-var-lib-dpkg", "tp2", set_var("cluster", sparkfleet_state_dir="/var/lib/dpkg/sparkfleet"),
+     "sparkfleet_state_dir='/var/lib/dpkg/sparkfleet': expected a directory outside /var/lib/dpkg"),
+    ("state-dir-trailing-slash", "tp2", set_var("cluster", sparkfleet_state_dir="/var/lib/sparkfleet/"),
+     "sparkfleet_state_dir='/var/lib/sparkfleet/': expected the path written plainly: '/var/lib/sparkfleet'"),
+    ("cache-under-boot", "tp2", set_var("other", engine_service_caches=[
+        {"name": "prompt-disk", "nodes": "all", "size_gib": 100, "path": "/boot/sparkfleet/prompt-disk",
+         "mount": "/cache/prompt-disk", "dir_env": "TF_DSV41_DISK", "size_env": "TF_DSV41_DISK_GIB"}]),
+     "engine_service_caches[0] (prompt-disk): path='/boot/sparkfleet/prompt-disk': expected a directory "
+     "outside /boot"),
+    ("spill-cache-is-var-lib", "tp2", set_var("other", engine_service_caches=[
+        {"name": "spill", "nodes": "head", "size_gib": 256, "path": "/var/lib", "mount": "/cache/spill",
+         "dir_env": "TF_DSV41_DISK", "size_env": "TF_DSV41_DISK_GIB"}]),
+     "engine_service_caches[0] (spill): path='/var/lib': expected a directory of sparkfleet's own, "
+     "not the system directory /var/lib"),
+    ("kernel-cache-under-proc", "tp2", set_var("other", engine_service_kernel_cache_dir="/proc/kernels"),
+     "engine_service_kernel_cache_dir='/proc/kernels': expected a directory outside /proc"),
+    ("engine-data-dir-var-lib", "tp2", set_var("other", engine_service_data_dir="/var/lib"),
+     "engine_service_data_dir='/var/lib': expected a directory of sparkfleet's own, not the system "
+     "directory /var/lib"),
+    ("api-key-file-in-etc", "tp2", set_var("other", engine_service_api_key_file="/etc/sparkfleet-keys"),
+     "engine_service_api_key_file='/etc/sparkfleet-keys': expected a file outside /etc"),
+    ("credentials-file-in-profile-d", "tp2",
+     set_var("other", engine_service_credentials_file="/etc/profile.d/spark.sh"),
+     "engine_service_credentials_file='/etc/profile.d/spark.sh': expected a file outside /etc"),
+    ("credentials-file-dotdot-in-home", "tp2",
+     set_var("other", engine_service_credentials_file="~admin/../root/.bashrc"),
+     "engine_service_credentials_file='~admin/../root/.bashrc': expected a string matching"),
+    ("env-file-over-a-system-file", "tp2", set_var("other", engine_service_env_file="/etc/default/docker"),
+     "engine_service_env_file='/etc/default/docker': expected a file outside /etc"),
+    ("served-weights-dir-etc", "tp2", set_var("other", engine_service_weights_dir="/etc"),
+     "engine_service_weights_dir='/etc': expected a directory of sparkfleet's own, not the system "
+     "directory /etc"),
+    ("image-build-dir-under-tmp", "tp2", set_var("other", engine_image_build_dir="/tmp/build"),
+     "engine_image_build_dir='/tmp/build': expected a directory outside /tmp"),
+    ("clock-state-dir-under-sys", "tp2", set_var("other", gpu_clocks_state_dir="/sys/clocks"),
+     "gpu_clocks_state_dir='/sys/clocks': expected a directory outside /sys"),
+    ("clock-run-dir-in-systemds", "tp2", set_var("other", gpu_clocks_run_dir="/run/systemd"),
+     "gpu_clocks_run_dir='/run/systemd': expected a directory outside /run"),
+    ("swapfile-in-etc", "tp2", set_var("other", host_tuning_swapfile="/etc/swap"),
+     "host_tuning_swapfile='/etc/swap': expected a file outside /etc"),
+    ("swapfile-is-boot", "tp2", set_var("other", host_tuning_swapfile="/boot"),
+     "host_tuning_swapfile='/boot': expected a file of sparkfleet's own, not the system directory /boot"),
+    ("sysctl-file-over-sysctl-conf", "tp2", set_var("other", host_tuning_sysctl_file="/etc/sysctl.conf"),
+     "host_tuning_sysctl_file='/etc/sysctl.conf': expected a file outside /etc"),
+    ("grub-dropin-over-default-grub", "tp2", set_var("other", host_tuning_grub_dropin="/etc/default/grub"),
+     "host_tuning_grub_dropin='/etc/default/grub': expected a file outside /etc"),
+    ("grub-dropin-elsewhere", "tp2", set_var("other", host_tuning_grub_dropin="/srv/99-sparkfleet.cfg"),
+     "host_tuning_grub_dropin='/srv/99-sparkfleet.cfg': expected an absolute path matching"),
+    ("memory-saver-cache-usr-src", "tp2", set_var("other", host_tuning_memory_saver_cache="/usr/src"),
+     "host_tuning_memory_saver_cache='/usr/src': expected a directory outside /usr"),
+    ("preflight-weights-path-etc", "tp2", set_var("other", preflight_weights_path="/etc"),
+     "preflight_weights_path='/etc': expected a directory of sparkfleet's own, not the system "
+     "directory /etc"),
+    ("sysfs-root-trailing-slash", "tp2", set_var("other", network_links_sysfs_root="/sys/"),
+     "network_links_sysfs_root='/sys/': expected the path written plainly: '/sys'"),
 ]  # fmt: skip
 
 
@@ -517,4 +603,6 @@ def test_short_revision_is_accepted_with_a_warning(real_runs, tmp_path):
     inv = write_inventory(tmp_path / "inventory", copy.deepcopy(REAL["control-short-revision"]))
     verdict = layer1.verdict(inv)
     assert verdict["problems"] == []
-    assert any("sparkfleet_pins.model.revision='afc7aa0a' is a short commit" in w for w in verdict["warnings"])
+    assert any(
+        "sparkfleet_pins.model.revision='afc7aa0a' is a short commit" in w for w in verdict["warnings"]
+    )
