@@ -157,41 +157,118 @@ def test_gb10_identity_and_unified_memory(smi):
     assert "Product Architecture                               : Blackwell" in smi("-q").stdout
 
 
-# ---- clock state -------------------------------------------------------------------------------------
-STOCK = 2418  # GB10's SM clock without a lock (receipts: the simulator's docstring)
+# ---- clock state: idle, load, power-capped load, latched under load ------------------------------------
+IDLE = 345  # the simulator's idle clock: the H200 recording's (query-idle-and-load.txt)
+LOAD = 2418  # under load without a lock: GB10's applications clock, in the reported 2359-2520 MHz
+CLOCK_QUERY = (
+    "--query-gpu=clocks.sm,clocks_event_reasons.active,utilization.gpu,pstate",
+    "--format=csv,noheader,nounits",
+)
 
 
-def test_lock_lands_slightly_below_the_request_and_reset_restores_stock(smi):
-    assert sm_clock(smi) == STOCK
+def clocks(smi) -> tuple[int, int, int, str]:
+    """(SM MHz, clock event reason bits, utilization %, pstate) as the real tool prints them."""
+    sm, reasons, util, pstate = (v.strip() for v in smi(*CLOCK_QUERY).stdout.split(","))
+    assert re.fullmatch(r"0x[0-9A-F]{16}", reasons), reasons
+    return int(sm), int(reasons, 16), int(util), pstate
+
+
+def switch(smi, name: str, content: str = "") -> None:
+    smi.state.mkdir(parents=True, exist_ok=True)
+    (smi.state / name).write_text(content)
+
+
+def test_idle_drops_the_clock_and_says_gpu_idle(smi):
+    assert clocks(smi) == (IDLE, 0x1, 0, "P8")  # a public GB10 table: P8, 0 % idle
+    assert "Idle                                           : Active" in smi("-q", "-d", "PERFORMANCE").stdout
+    smi("-lgc", "0,2300")  # a lock does not raise an idle clock
+    assert clocks(smi) == (IDLE, 0x1, 0, "P8")
+    switch(smi, "idle-mhz", "968\n")  # GB10's own idle clock is not recorded: the switch tries others
+    assert clocks(smi)[:2] == (968, 0x1)
+    switch(smi, "idle-mhz", "2502\n")
+    sm, reasons, _util, _pstate = clocks(smi)
+    assert 2270 <= sm < 2300 and reasons == 0x1 | 0x2  # an idle clock above the cap is held by the lock
+
+
+def test_load_runs_at_the_power_capped_clock_and_counts_the_capping(smi):
+    switch(smi, "load")
+    assert clocks(smi) == (LOAD, 0x4, 96, "P0")  # the H200 recording under load: reason 0x4 SW power cap
+    time.sleep(0.05)
+    q = smi("-q", "-d", "PERFORMANCE").stdout
+    assert "SW Power Cap                                   : Active" in q
+    capping = int(re.search(r"SW Power Capping\s+: (\d+) us", q).group(1))
+    assert capping > 0  # the cumulative counter grows while the power budget holds the clock
+    (smi.state / "load").unlink()
+    assert clocks(smi) == (IDLE, 0x1, 0, "P8")
+    assert "SW Power Capping                               : 0 us" in smi("-q", "-d", "PERFORMANCE").stdout
+
+
+def test_power_capped_load_holds_the_clock_under_a_higher_cap(smi):
+    switch(smi, "load", "1500\n")  # the H200 recording: 1485-1500 MHz under a matmul, reason 0x4
+    assert clocks(smi)[:2] == (1500, 0x4)
+    smi("-lgc", "0,2100")  # the power budget holds it lower than the lock
+    assert clocks(smi)[:2] == (1500, 0x4)
+    smi("-lgc", "0,1300")  # now the lock does: applications clocks setting
+    assert clocks(smi)[:2][1] == 0x2 and 1270 <= clocks(smi)[0] < 1300
+
+
+def test_a_lock_lands_slightly_below_the_request_under_load_and_reset_restores_the_power_clock(smi):
+    switch(smi, "load")
     out = smi("-lgc", "0,2100").stdout
     assert 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2100)"' in out
-    assert 2060 <= sm_clock(smi) < 2100
+    sm, reasons, _util, _pstate = clocks(smi)
+    assert 2060 <= sm < 2100 and reasons == 0x2  # a lock shows as an applications clocks setting
     smi("-lgc", "0,2300")
-    assert 2270 <= sm_clock(smi) < 2300
-    reasons = smi("--query-gpu=clocks_event_reasons.active", "--format=csv,noheader").stdout.strip()
-    assert int(reasons, 16) & 0x2  # a lock shows as an applications clocks setting
+    assert 2270 <= clocks(smi)[0] < 2300
     assert smi("-rgc").stdout == "All done.\n"
-    assert sm_clock(smi) == STOCK
+    assert clocks(smi)[:2] == (LOAD, 0x4)
     smi("-lgc", "1500")  # a single value locks min = max
-    assert 1470 <= sm_clock(smi) < 1500
-    assert int(smi("--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits").stdout) == 3003
+    assert 1470 <= clocks(smi)[0] < 1500
+    (smi.state / "load").unlink()
+    assert clocks(smi)[:2] == (IDLE, 0x1)  # the lower end raises nothing (not recorded on a GB10)
 
 
-def test_a_ceiling_above_the_stock_clock_changes_nothing(smi):
-    smi("-lgc", "3003,3003")  # accepted, as on a real GB10, and the clock keeps floating
-    assert sm_clock(smi) == STOCK
-    reasons = smi("--query-gpu=clocks_event_reasons.active", "--format=csv,noheader").stdout.strip()
-    assert not int(reasons, 16) & 0x2
+def test_a_ceiling_above_the_power_clock_changes_nothing(smi):
+    switch(smi, "load")
+    smi("-lgc", "3003,3003")  # accepted, as on a real GB10 (colonel-otto's -lgc 3003,3003), and ignored
+    assert clocks(smi)[:2] == (LOAD, 0x4)
+
+
+def test_max_clock_is_3003_whatever_the_state_and_the_lock_range_is_never_reported(smi):
+    smi("-lgc", "1187,2157")
+    lock_range = re.compile(r"(?<![\w-])(1187|2157)(?![\w-])")  # either end, not inside a uuid or serial
+    for state in ("idle", "load", "latched"):
+        if state != "idle":
+            switch(smi, state)
+        assert smi("--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits").stdout == "3003\n"
+        everything = ",".join(sorted(n for n in nvidia_smi_fields() if n != "timestamp"))
+        texts = [smi(f"--query-gpu={everything}", "--format=csv").stdout, smi("-q").stdout, smi().stdout]
+        texts.append(smi("-q", "-d", "CLOCK,PERFORMANCE,SUPPORTED_CLOCKS").stdout)
+        for text in texts:
+            assert not lock_range.search(text), (state, lock_range.search(text))
+
+
+def nvidia_smi_fields() -> list[str]:
+    sys.path.insert(0, str(SIM.parent))
+    import nvidia_smi
+
+    return list(nvidia_smi.GPU_FIELDS)
+
+
+def test_memory_and_power_limits_answer_not_available_as_gb10_does(smi):
+    fields = "memory.total,memory.used,memory.free,power.limit,enforced.power.limit,power.max_limit"
+    assert smi(f"--query-gpu={fields}", "--format=csv,noheader").stdout == ", ".join(["[N/A]"] * 6) + "\n"
+    assert smi("--query-gpu=clocks.mem", "--format=csv,noheader").stdout == "[N/A]\n"
 
 
 def test_a_gpu_that_ignores_the_lock_answers_success_and_keeps_its_clock(smi):
-    smi.state.mkdir(parents=True)
-    (smi.state / "ignore-lock").touch()
+    switch(smi, "load")
+    switch(smi, "ignore-lock")
     out = smi("-lgc", "0,2300")
     assert out.returncode == 0 and 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2300)"' in out.stdout
-    assert sm_clock(smi) == STOCK  # above the cap: -lgc reported success without pinning
+    assert clocks(smi)[:2] == (LOAD, 0x4)  # above the cap: -lgc reported success without pinning
     (smi.state / "ignore-lock").unlink()
-    assert sm_clock(smi) < 2300  # the recorded lock holds once the GPU honours it
+    assert clocks(smi)[0] < 2300  # the recorded lock holds once the GPU honours it
 
 
 def test_persistence_mode_and_state_across_calls(smi):
@@ -208,20 +285,83 @@ def test_persistence_mode_and_state_across_calls(smi):
 def test_state_is_lost_when_run_is_emptied_like_a_reboot(smi):
     smi("-pm", "1")
     smi("-lgc", "0,2300")
-    assert sm_clock(smi) < 2300
-    shutil.rmtree(smi.state)  # /run is a tmpfs: a restart empties it
-    assert sm_clock(smi) == STOCK
+    switch(smi, "load")
+    assert clocks(smi)[0] < 2300
+    shutil.rmtree(smi.state)  # /run is a tmpfs: a restart empties it (the lock and the load switch)
+    assert clocks(smi)[:2] == (IDLE, 0x1)
     assert smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\n"
 
 
-def test_latched_gpu_sticks_under_1000_mhz(smi):
-    smi.state.mkdir(parents=True)
-    (smi.state / "latched").touch()
-    assert sm_clock(smi) < 1000
+def test_latched_is_a_low_clock_under_load_and_idle_it_looks_idle(smi):
+    switch(smi, "latched")
+    assert clocks(smi) == (IDLE, 0x1, 0, "P8")  # idle, a latched GPU is not told from a healthy one
+    switch(smi, "load")
+    sm, reasons, util, pstate = clocks(smi)
+    assert sm == 855 and not reasons & 0x1 and util == 96 and pstate == "P0"  # busy, and stuck low
+    assert float(smi("--query-gpu=power.draw", "--format=csv,noheader,nounits").stdout) == 12.0  # 10-14 W
     smi("-rgc")
-    assert sm_clock(smi) < 1000  # a reset does not help: it needs an AC power cycle
+    smi("-lgc", "0,2300")
+    assert clocks(smi)[0] == 855  # neither a reset nor a lock helps: it needs an AC power cycle
     (smi.state / "latched").unlink()
-    assert sm_clock(smi) == STOCK
+    assert 2270 <= clocks(smi)[0] < 2300
+
+
+# ---- replay: the real tool's recorded outputs, verbatim --------------------------------------------------
+GB10_REPORTS = FIXTURES.parent / "gb10-public-reports"
+
+
+def test_replay_serves_the_h200_recordings_verbatim_idle_and_under_load(smi):
+    switch(smi, "replay", f"{FIXTURES}\n")
+    recorded = (FIXTURES / "query-idle-and-load.txt").read_text().splitlines(keepends=True)
+    query = (
+        "--query-gpu=index,name,persistence_mode,clocks.sm,clocks.max.sm,clocks_event_reasons.active",
+        "--format=csv,noheader,nounits",
+    )
+    assert smi(*query).stdout == recorded[2] == "0, NVIDIA H200, Enabled, 345, 1980, 0x0000000000000001\n"
+    switch(smi, "load")
+    assert smi(*query).stdout == recorded[3] == "0, NVIDIA H200, Enabled, 1500, 1980, 0x0000000000000004\n"
+    (smi.state / "load").unlink()
+    for args, name in (((), "nvidia-smi.txt"), (("-q",), "nvidia-smi-q.txt"), (("-h",), "help.txt")):
+        assert smi(*args).stdout == (FIXTURES / name).read_text()
+    csv = (FIXTURES / "query-csv.txt").read_text().splitlines(keepends=True)
+    assert smi(f"--query-gpu={FIXTURE_QUERY}", "--format=csv").stdout == "".join(csv[:2])
+
+
+def test_replay_refuses_what_it_has_no_recording_of_and_what_the_real_tool_refuses(smi):
+    switch(smi, "replay", f"{FIXTURES}\n")
+    unrecorded = smi("--query-gpu=clocks.sm", "--format=csv", check=False)
+    assert (
+        unrecorded.returncode == 3
+        and "no recording of `nvidia-smi --query-gpu=clocks.sm" in unrecorded.stdout
+    )
+    switch(smi, "load")
+    table = smi(check=False)  # the table was recorded idle only
+    assert table.returncode == 3 and "while the GPU is under load" in table.stdout
+    bad = smi("--query-gpu=clocks.bogus", "--format=csv", check=False)
+    assert bad.returncode == 2 and 'Field "clocks.bogus" is not a valid field to query.' in bad.stdout
+    assert smi("-lgc", "2300,100", check=False).returncode == 2
+    assert smi("-i", "3", "-L", check=False).returncode == 6
+
+
+def test_replay_of_the_published_gb10_outputs(smi):
+    switch(smi, "replay", f"{GB10_REPORTS}\n")
+    assert smi().stdout == (GB10_REPORTS / "nvidia-smi.txt").read_text()
+    assert "NVIDIA GB10" in smi().stdout and "P8" in smi().stdout
+    ack = smi("-lgc", "3003,3003").stdout
+    assert ack.startswith('GPU clocks set to "(gpuClkMin 3003, gpuClkMax 3003)" for GPU 0000000F:01:00.0')
+    (smi.state / "replay").unlink()
+    assert clocks(smi)[0] == IDLE  # replay changed no state: the replayed -lgc locked nothing
+    assert smi("--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits").stdout == "3003\n"
+
+
+def test_the_simulators_own_table_has_the_published_gb10_layout(smi):
+    real = (GB10_REPORTS / "nvidia-smi.txt").read_text().splitlines()
+    sim = smi().stdout.splitlines()
+    for ours, theirs in zip(sim[:12], real[:12], strict=True):
+        assert [i for i, c in enumerate(ours) if c in "|+"] == [i for i, c in enumerate(theirs) if c in "|+"]
+    assert sim[8][:41] == real[8][:41].replace(" On ", "Off ")  # persistence mode: the sim starts Off
+    assert sim[8][42:] == real[8][42:]  # bus id, Disp.A, ECC N/A
+    assert sim[9][:20] == real[9][:20] and sim[9][43:] == real[9][43:]  # N/A fan, 41C, P8 ... 0 %, Default
 
 
 # ---- errors and exit codes like the real tool -------------------------------------------------------
@@ -269,7 +409,7 @@ def test_changes_need_root(smi, args, message):
     assert "Terminating early due to previous errors." in proc.stdout
     assert (
         smi("--query-gpu=clocks.sm,persistence_mode", "--format=csv,noheader").stdout
-        == f"{STOCK} MHz, Disabled\n"
+        == f"{IDLE} MHz, Disabled\n"
     )
     assert smi("-L", user="nobody").returncode == 0  # queries do not need root
 

@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
 """Lab stand-in for `nvidia-smi` on a DGX Spark: one NVIDIA GB10 on driver 580.
 
-Installed on lab nodes as /usr/bin/nvidia-smi. It answers in the output formats of the real tool
-(see ../shared/fixtures/nvidia-smi/) and keeps the clock state that sparkfleet changes:
+Installed on lab nodes as /usr/bin/nvidia-smi. It answers in the output formats of the real tool (the real
+recordings in tests/unit/fixtures/nvidia-smi/) and keeps the clock state that sparkfleet changes. What it
+models, from which recording or public report, and what is not known about a real GB10: README.md beside it.
 
-- persistence mode (`-pm 0|1`), locked GPU clocks (`-lgc MIN,MAX`, `-lgc N`, `-rgc`);
-- without a lock the SM clock floats at GB10's stock clock, about 2418 MHz, well under the 3003 MHz
-  maximum (receipts: "the default of about 2,418 MHz", Bizuayeu/GLM-5.3-Flash-NVFP4-DGX-Sparks-BIZ
-  docs/hosts.md; 2476-2522 MHz idle with applications clock 2418, colonel-otto/3x-dgx-spark-mesh-...
-  docs/GPU-CLOCKS-NOT-LOCKABLE.md); the sim holds it at 2418;
-- a lock lands slightly below the request, as on a real GB10 (2100 -> 2080 MHz), and a ceiling above
-  the stock clock changes nothing;
-- the state lives under /run/nvidia-sim (a tmpfs), so a node restart loses it like a reboot does;
-- changing state needs root, like the real tool;
-- compute processes are the processes on this node whose command line runs `tensorfold`;
-- fault switches (files in /run/nvidia-sim):
-  `latched`: the SM clock sticks under 1000 MHz whatever is asked (a latched GPU, which on a real Spark
-  needs an AC power cycle; christopherowen/spark-ds41f docs/recovery.md: `-lgc` ignored);
-  `ignore-lock`: `-lgc` answers success as always but the clock keeps floating at the stock clock (GB10
-  accepts `-lgc` and records it without pinning: colonel-otto's GPU-CLOCKS-NOT-LOCKABLE.md).
+- idle (no compute process, no `load` switch) the SM clock drops to an idle clock and the clock event reason
+  is 0x1 "GPU idle" (the H200 recording: 345 MHz idle);
+- under load (an engine process, or the `load` switch) it runs at the power-capped clock with reason 0x4
+  "SW power cap" (the H200 recording: 1500 MHz under a matmul; GB10 reports ~2359-2520 MHz; the sim uses
+  GB10's 2418 MHz), or at its lock when the lock holds it lower (reason 0x2);
+- `clocks.max.sm` is 3003 MHz whatever the lock, no query reports the lock range, memory and power-limit
+  fields answer [N/A] (GB10);
+- `-pm 0|1`, `-lgc MIN,MAX`, `-lgc N`, `-rgc` change the state and need root, like the real tool; a lock
+  lands slightly below the request (2100 -> 2080 MHz on a real GB10);
+- the state lives under /run/nvidia-sim (a tmpfs): a node restart loses it like a reboot does;
+- compute processes are the processes on this node whose program is `tensorfold`.
+
+Switches (files in /run/nvidia-sim, like the state):
+  `load`        the GPU is under load; the file may hold the power-capped clock in MHz (default 2418);
+  `latched`     under load the SM clock sticks at 855 MHz whatever is asked (a latched GB10, which needs an
+                AC power cycle); idle it looks idle;
+  `ignore-lock` `-lgc` answers success but does not pin the clock (GB10 accepts and records it);
+  `idle-mhz`    the idle clock in MHz (default 345: what a real GB10 idles at is not recorded);
+  `replay`      the path of a recordings directory: every query is answered with the recorded output,
+                verbatim, and anything not recorded is refused (README.md: replay).
 
 SPARKFLEET_NVIDIA_SIM_DIR overrides the state directory and SPARKFLEET_NVIDIA_SIM_PROC the /proc that
 is scanned for engine processes (tests, so that a machine's other processes do not count).
@@ -45,14 +51,16 @@ CUDA_VERSION = "13.0"
 PRODUCT = "NVIDIA GB10"
 BUS_ID = "0000000F:01:00.0"
 VBIOS = "9A.0B.00.00.05"
-MAX_SM_MHZ = 3003
+MAX_SM_MHZ = 3003  # GB10's clocks.max.sm, also after a lock
 MIN_SM_MHZ = 208
-STOCK_SM_MHZ = 2418  # where GB10's SM clock floats without a lock (see the docstring)
+IDLE_SM_MHZ = 345  # the H200 recording's idle clock (query-idle-and-load.txt); GB10's own is not recorded
+LOAD_SM_MHZ = 2418  # under load without a lock: GB10's applications clock, inside the reported 2359-2520 MHz
 # The clock generator's grid and guard band: a requested ceiling lands on the grid point at least
 # GUARD_MHZ below it (observed: -lgc 0,2100 runs at ~2080 MHz).
 GRID_MHZ = 13
 GUARD_MHZ = 15
-LATCHED_SM_MHZ = 855
+LATCHED_SM_MHZ = 855  # reported latched GB10s: 500-890 MHz under load
+LATCHED_POWER_W = 12.0  # reported: 10-14 W under load
 VIDEO_MHZ = 1500
 ENGINE_MARK = "tensorfold"
 
@@ -137,6 +145,28 @@ def ignores_lock() -> bool:
     return (state_dir() / "ignore-lock").exists()
 
 
+def _switch_mhz(name: str, default: int) -> int | None:
+    """A switch file that may hold a clock in MHz: None when the file is absent, else its number or the
+    default (an empty file)."""
+    try:
+        text = (state_dir() / name).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else default
+
+
+def load_switch() -> tuple[int | None, float | None]:
+    """(power-capped clock, since when) of the `load` switch; (None, None) when it is off."""
+    mhz = _switch_mhz("load", LOAD_SM_MHZ)
+    if mhz is None:
+        return None, None
+    try:
+        since = (state_dir() / "load").stat().st_mtime
+    except OSError:
+        since = None
+    return mhz, since
+
+
 def landed_clock(request_mhz: int) -> int:
     """Where a requested clock ceiling lands: the grid point at least GUARD_MHZ below the request."""
     if request_mhz >= MAX_SM_MHZ:
@@ -159,40 +189,75 @@ class Snapshot:
     processes: list[Process] = field(default_factory=list)
     latched: bool = False
     ignores_lock: bool = False
+    load_mhz: int | None = None  # the `load` switch's power-capped clock; None: switched off
+    load_since: float | None = None
+    idle_mhz: int = IDLE_SM_MHZ
 
     @property
     def busy(self) -> bool:
-        return bool(self.processes)
+        return bool(self.processes) or self.load_mhz is not None
+
+    @property
+    def natural_mhz(self) -> int:
+        """Where the clock runs without a lock: the power-capped clock under load, the idle clock idle."""
+        if not self.busy:
+            return self.idle_mhz
+        return self.load_mhz if self.load_mhz is not None else LOAD_SM_MHZ
+
+    @property
+    def ceiling(self) -> int | None:
+        """The lock's ceiling where the GPU honours it."""
+        if not self.state.lock or self.ignores_lock:
+            return None
+        return landed_clock(self.state.lock[1])
 
     @property
     def pinned(self) -> bool:
-        """A lock that holds the clock under where it would float."""
-        return (
-            bool(self.state.lock)
-            and not self.latched
-            and not self.ignores_lock
-            and landed_clock(self.state.lock[1]) < STOCK_SM_MHZ
-        )
+        """A lock that holds the clock under where it would run."""
+        return not self.stuck and self.ceiling is not None and self.ceiling < self.natural_mhz
+
+    @property
+    def stuck(self) -> bool:
+        """Latched, and under load: the only time a latched GPU shows."""
+        return self.latched and self.busy
 
     @property
     def sm_mhz(self) -> int:
-        if self.latched:
+        if self.stuck:
             return LATCHED_SM_MHZ
-        if self.pinned:
-            return landed_clock(self.state.lock[1])
-        return STOCK_SM_MHZ
+        # The lock's ceiling holds the clock down; its lower end is recorded but raises nothing (what a
+        # GB10 does with it is not recorded; README.md).
+        return self.natural_mhz if self.ceiling is None else min(self.natural_mhz, self.ceiling)
+
+    @property
+    def power_capped(self) -> bool:
+        return self.busy and not self.stuck and not self.pinned
 
     @property
     def reasons(self) -> int:
-        bits = 0 if self.busy else 0x1
-        if self.pinned:
-            bits |= 0x2  # locked clocks are reported as an applications clocks setting
-        return bits
+        if not self.busy:
+            return 0x1 | (0x2 if self.pinned else 0)
+        if self.stuck:
+            return 0x0  # what a latched GB10 reports is not recorded: the sim reports no reason
+        return 0x2 if self.pinned else 0x4
+
+    @property
+    def power_capping_us(self) -> int:
+        """The cumulative SW power capping time of `-q` (counted from the `load` switch's start)."""
+        if not self.power_capped or self.load_since is None:
+            return 0
+        return max(0, int((time.time() - self.load_since) * 1_000_000))
+
+    @property
+    def utilization(self) -> int:
+        return 96 if self.busy else 0
 
     @property
     def power_w(self) -> float:
         if not self.busy:
             return 4.12
+        if self.stuck:
+            return LATCHED_POWER_W
         return round(6.0 + 40.0 * (self.sm_mhz / MAX_SM_MHZ) ** 2, 2)
 
     @property
@@ -201,7 +266,7 @@ class Snapshot:
 
     @property
     def pstate(self) -> str:
-        return "P0" if self.busy else "P8"
+        return "P0" if self.busy else "P8"  # a public GB10 table: P8 idle (4 W, 0 %); P0 under load
 
     @property
     def uuid(self) -> str:
@@ -252,9 +317,16 @@ def engine_processes(proc_root: Path = Path("/proc")) -> list[Process]:
 
 def snapshot() -> Snapshot:
     proc_root = Path(os.environ.get("SPARKFLEET_NVIDIA_SIM_PROC", "/proc"))
+    load_mhz, load_since = load_switch()
     with locked_state(write=False) as state:
         return Snapshot(
-            state=state, processes=engine_processes(proc_root), latched=latched(), ignores_lock=ignores_lock()
+            state=state,
+            processes=engine_processes(proc_root),
+            latched=latched(),
+            ignores_lock=ignores_lock(),
+            load_mhz=load_mhz,
+            load_since=load_since,
+            idle_mhz=_switch_mhz("idle-mhz", IDLE_SM_MHZ) or IDLE_SM_MHZ,
         )
 
 
@@ -340,7 +412,7 @@ def _add_sensor_fields(f: dict[str, Field], add) -> dict[str, Field]:
     """Memory, utilization, temperature, power and clock fields."""
     for kind in ("total", "reserved", "used", "free"):
         add(f"memory.{kind}", f"memory.{kind}", "MiB", lambda s: NA)
-    add("utilization.gpu", "utilization.gpu", "%", lambda s: "96" if s.busy else "0")
+    add("utilization.gpu", "utilization.gpu", "%", lambda s: str(s.utilization))
     add("utilization.memory", "utilization.memory", "%", lambda s: NA)
     add("temperature.gpu", "temperature.gpu", None, lambda s: str(s.temperature_c))
     add("temperature.memory", "temperature.memory", None, lambda s: NA)
@@ -493,7 +565,7 @@ def table() -> str:
         row(
             f" N/A  {s.temperature_c:>3}C    {s.pstate}{round(s.power_w):>15}W /  N/A  ",
             f" {'Not Supported':<23}",
-            f"{'96%' if s.busy else '0%':>8}      Default ",
+            f"{f'{s.utilization}%':>8}      Default ",
         ),
         row(" " * 41, " " * 24, f"{'N/A':>21} "),
         grid,
@@ -567,7 +639,7 @@ def _q_sections(s: Snapshot, samples: bool) -> list[tuple[str | None, list[str]]
             for label, state in [
                 ("Idle", "Active" if s.reasons & 0x1 else "Not Active"),
                 ("Applications Clocks Setting", "Active" if s.reasons & 0x2 else "Not Active"),
-                ("SW Power Cap", "Not Active"),
+                ("SW Power Cap", "Active" if s.reasons & 0x4 else "Not Active"),
                 ("HW Slowdown", "Not Active"),
                 ("HW Thermal Slowdown", "Not Active"),
                 ("HW Power Brake Slowdown", "Not Active"),
@@ -577,7 +649,7 @@ def _q_sections(s: Snapshot, samples: bool) -> list[tuple[str | None, list[str]]
             ]
         ),
         _kv(1, "Clocks Event Reasons Counters"),
-        _kv(2, "SW Power Capping", "0 us"),
+        _kv(2, "SW Power Capping", f"{s.power_capping_us} us"),
         _kv(2, "Sync Boost", "0 us"),
         _kv(2, "SW Thermal Slowdown", "0 us"),
         _kv(2, "HW Thermal Slowdown", "0 us"),
@@ -686,7 +758,7 @@ def _q_sections(s: Snapshot, samples: bool) -> list[tuple[str | None, list[str]]
             "UTILIZATION",
             [
                 _kv(1, "Utilization"),
-                _kv(2, "GPU", "96 %" if s.busy else "0 %"),
+                _kv(2, "GPU", f"{s.utilization} %"),
                 *(_kv(2, k, "N/A") for k in ("Memory", "Encoder", "Decoder", "JPEG", "OFA")),
             ],
         ),
@@ -758,9 +830,7 @@ def _need_root(what: str) -> None:
 
 
 def set_persistence(value: str) -> str:
-    mode = {"0": False, "DISABLED": False, "1": True, "ENABLED": True}.get(value.upper())
-    if mode is None:
-        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    mode = _persistence_value(value)
     word = "Enabled" if mode else "Disabled"
     _need_root(
         f"Unable to set persistence mode for GPU {BUS_ID}: Insufficient Permissions\n"
@@ -773,7 +843,14 @@ def set_persistence(value: str) -> str:
     return f"{word} persistence mode for GPU {BUS_ID}.\nAll done.\n"
 
 
-def lock_clocks(value: str) -> str:
+def _persistence_value(value: str) -> bool:
+    mode = {"0": False, "DISABLED": False, "1": True, "ENABLED": True}.get(value.upper())
+    if mode is None:
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    return mode
+
+
+def _lock_values(value: str) -> tuple[int, int]:
     parts = value.split(",")
     if len(parts) not in (1, 2) or not all(re.fullmatch(r"\d+", p.strip()) for p in parts):
         raise SmiError(
@@ -787,6 +864,11 @@ def lock_clocks(value: str) -> str:
             f"Invalid clock range: the minimum ({low} MHz) is greater than the maximum ({high} MHz).\n",
             RC_INVALID_ARG,
         )
+    return low, high
+
+
+def lock_clocks(value: str) -> str:
+    low, high = _lock_values(value)
     _need_root(
         f"The current user does not have permission to change clocks for GPU {BUS_ID}.\n"
         "Terminating early due to previous errors.\n"
@@ -907,7 +989,74 @@ def _report(opts: dict[str, str | bool]) -> str:
     return table()
 
 
+# ---- replay: recorded real outputs, verbatim --------------------------------------------------------
+def replay_dir() -> Path | None:
+    """The recordings directory the `replay` switch names; None when replay is off."""
+    try:
+        text = (state_dir() / "replay").read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def _refuse_like_the_real_tool(opts: dict[str, str | bool]) -> None:
+    """Raise what the real tool answers to a call it refuses (bad fields, formats, values, devices)."""
+    _check_id(opts)
+    actions = [k for k in ("pm", "lgc", "rgc") if k in opts]
+    if len(actions) > 1 or ("mode" in opts and "lgc" not in opts):
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    if "pm" in opts:
+        _persistence_value(str(opts["pm"]))
+    if "lgc" in opts:
+        _lock_values(str(opts["lgc"]))
+    fmt = opts.get("format")
+    if "query_gpu" in opts or "query_apps" in opts:
+        _parse_format(None if fmt is None else str(fmt))
+        if "query_gpu" in opts:
+            _select(GPU_FIELDS, str(opts["query_gpu"]))
+        if "query_apps" in opts:
+            _select(APP_FIELDS, str(opts["query_apps"]))
+    elif fmt is not None or ("display" in opts and not opts.get("query")):
+        raise SmiError(USAGE_HINT, RC_INVALID_ARG)
+    _displays(opts)
+
+
+def replay(argv: list[str], directory: Path) -> tuple[str, int]:
+    """The recorded output of exactly this call, verbatim. The recordings directory's replay.json lists
+    {argv, file, lines (first and last, 1-based; default the whole file), state (idle or load; default
+    either), rc}; the GPU's state (the `load` switch, an engine process) picks between idle and load
+    recordings. A call the real tool refuses is refused as it refuses it; anything else not recorded is
+    refused too: replay never makes text up."""
+    opts = parse(argv)
+    _refuse_like_the_real_tool(opts)
+    manifest_path = directory / "replay.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as err:
+        raise SmiError(
+            f"nvidia-smi lab simulator: replay: cannot read {manifest_path}: {err}\n", RC_NOT_SUPPORTED
+        ) from err
+    state = "load" if snapshot().busy else "idle"
+    for rec in manifest.get("recordings", []):
+        if rec.get("state", state) != state or parse(list(rec["argv"])) != opts:
+            continue
+        text = (directory / rec["file"]).read_text()
+        if "lines" in rec:
+            first, last = rec["lines"]
+            text = "".join(text.splitlines(keepends=True)[first - 1 : last])
+        return text, int(rec.get("rc", RC_OK))
+    shown, gpu = " ".join(argv), "under load" if state == "load" else "idle"
+    raise SmiError(
+        f"nvidia-smi lab simulator: replay of {directory}: no recording of `nvidia-smi {shown}` while the "
+        f"GPU is {gpu}\n",
+        RC_NOT_SUPPORTED,
+    )
+
+
 def run(argv: list[str]) -> tuple[str, int]:
+    recordings = replay_dir()
+    if recordings is not None:
+        return replay(argv, recordings)
     opts = parse(argv)
     _check_id(opts)
     if opts.get("help"):
