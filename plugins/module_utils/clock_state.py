@@ -5,8 +5,8 @@
 #   <state_dir>/clocks/cpu.conf   CPU_CLOCK_CAP_MHZ=N
 #   <run_dir>/clocks/gpu.applied  N                    (the cap applied since this boot; /run is a tmpfs)
 #   <run_dir>/clocks/gpu.verify   MIN=/CAP=/RESULT=/SM_MHZ= lines: what the SM clock did right after that
-#                                 cap was applied (RESULT held, not-taken or stock): `nvidia-smi -lgc` can
-#                                 answer success without pinning the clock
+#                                 cap was applied (RESULT held, not-taken, unverified or stock): `nvidia-smi
+#                                 -lgc` can answer success without pinning the clock
 # 0 = stock clocks; no file = never configured (None). Standard library only (runs on the nodes).
 from __future__ import annotations
 
@@ -70,19 +70,23 @@ def read_caps(state_dir: str = STATE_DIR, run_dir: str = RUN_DIR, root: str = "/
     return {name: read_cap(prefix + path, keys[name]) for name, path in paths(state_dir, run_dir).items()}
 
 
-VERIFY_RESULTS = ("held", "not-taken", "stock")
+VERIFY_RESULTS = ("held", "not-taken", "unverified", "stock")
 
 
 def verify_path(run_dir: str = RUN_DIR) -> str:
     return f"{run_dir.rstrip('/')}/clocks/gpu.verify"
 
 
-def verdict(cap: int, samples: list[int]) -> str:
-    """What SM clock samples taken right after applying `cap` say: stock (no cap), held (no sample above
-    the cap) or not-taken (a sample above it: the lock did not pin the clock)."""
+def verdict(cap: int, samples: list[tuple[int, bool]]) -> str:
+    """What SM clock samples (MHz, whether the GPU was busy) taken right after applying `cap` say: stock
+    (no cap), not-taken (a sample above the cap: the lock did not pin the clock), held (none above it, and
+    the GPU was busy for at least one: it would have run higher) or unverified (the GPU idled throughout:
+    an idle GPU's clock is low whatever the cap, so it proves nothing)."""
     if cap <= 0:
         return "stock"
-    return "not-taken" if samples and max(samples) > cap else "held"
+    if any(mhz > cap for mhz, _busy in samples):
+        return "not-taken"
+    return "held" if any(busy for _mhz, busy in samples) else "unverified"
 
 
 def verify_text(min_mhz: int, cap: int, result: str, sm_mhz: int | None) -> str:

@@ -106,6 +106,13 @@ def _mhz(value: Any) -> str:
     return "stock" if value == 0 else f"{value} MHz"
 
 
+def _gpu_cell(g: dict[str, Any]) -> str:
+    """'345/3003 idle': the SM clock now/max and what the GPU was doing (a low clock means something only
+    under load)."""
+    cell = f"{g.get('sm_mhz')}/{g.get('max_sm_mhz')}"
+    return f"{cell} {g['activity']}" if g.get("activity") else cell
+
+
 def clocks_table(data: dict[str, Any]) -> str:
     clocks = data.get("clocks")
     if not isinstance(clocks, dict) or not clocks:
@@ -114,23 +121,27 @@ def clocks_table(data: dict[str, Any]) -> str:
     for name in sorted(clocks):
         c = clocks[name]
         gpus = c.get("gpus") or []
-        sm = ", ".join(f"{g.get('sm_mhz')}/{g.get('max_sm_mhz')}" for g in gpus) or "-"
+        sm = ", ".join(_gpu_cell(g) for g in gpus) or "-"
         applied = "yes" if c.get("gpu_in_effect") else "NO (not applied since boot)"
         cpu = _mhz(c.get("cpu_cap_mhz"))
         if c.get("cpu_skipped"):
             cpu += " (not applied)"
             notes.append(f"! {name}: CPU cap not applied: {c['cpu_skipped']}")
+        if c.get("gpu_error"):
+            notes.append(f"! {name}: GPU clocks not read: {c['gpu_error']}")
         rows.append([name, _mhz(c.get("gpu_cap_mhz")), applied, sm, "YES" if c.get("latched") else "no", cpu])
-        wanted = c.get("wanted_gpu_cap_mhz")
-        if wanted is not None and wanted != c.get("gpu_cap_mhz"):
+        wanted, configured = c.get("wanted_gpu_cap_mhz"), c.get("gpu_cap_mhz")
+        if wanted is not None and wanted != (configured or 0):  # never configured = stock
             fix = f"set {wanted}" if wanted else "reset"
             notes.append(
                 f"! {name}: the inventory wants GPU cap {_mhz(wanted)}: run `sparkfleet clocks {fix}`"
             )
-        if c.get("latched"):
-            notes.append(
-                f"! {name}: the GPU looks latched (SM clock low at idle): it needs an AC power cycle"
-            )
+        for g in gpus:
+            if g.get("latched"):
+                notes.append(
+                    f"! {name}: GPU {g.get('index')} is latched: SM clock {g.get('sm_mhz')} MHz under load; "
+                    "only an AC power cycle clears it (shut down, unplug for 30 s)"
+                )
     headers = ["NODE", "GPU CAP", "IN EFFECT", "SM MHZ NOW/MAX", "LATCHED", "CPU CAP"]
     return "\n".join(["CLOCKS", *text_table(headers, rows), *notes]) + "\n"
 

@@ -114,7 +114,16 @@ CLOCKS = {
         "gpu_applied_mhz": 2300,
         "gpu_in_effect": True,
         "latched": False,
-        "gpus": [{"index": 0, "name": "NVIDIA GB10", "sm_mhz": 2281, "max_sm_mhz": 3003, "latched": False}],
+        "gpus": [
+            {
+                "index": 0,
+                "name": "NVIDIA GB10",
+                "sm_mhz": 2281,
+                "max_sm_mhz": 3003,
+                "activity": "busy",
+                "latched": False,
+            }
+        ],
         "cpu_cap_mhz": 0,
         "cpu_skipped": None,
         "wanted_gpu_cap_mhz": 2300,
@@ -124,10 +133,52 @@ CLOCKS = {
         "gpu_applied_mhz": None,
         "gpu_in_effect": False,
         "latched": True,
-        "gpus": [{"index": 0, "name": "NVIDIA GB10", "sm_mhz": 800, "max_sm_mhz": 3003, "latched": True}],
+        "gpus": [
+            {
+                "index": 0,
+                "name": "NVIDIA GB10",
+                "sm_mhz": 800,
+                "max_sm_mhz": 3003,
+                "activity": "busy",
+                "latched": True,
+            }
+        ],
         "cpu_cap_mhz": None,
         "cpu_skipped": "no cpufreq",
         "wanted_gpu_cap_mhz": 2300,
+    },
+    # never capped, stock wanted, idle at a low clock: all as it should be
+    "spark3": {
+        "gpu_cap_mhz": None,
+        "gpu_applied_mhz": None,
+        "gpu_in_effect": True,
+        "latched": False,
+        "gpus": [
+            {
+                "index": 0,
+                "name": "NVIDIA GB10",
+                "sm_mhz": 345,
+                "max_sm_mhz": 3003,
+                "activity": "idle",
+                "latched": False,
+            }
+        ],
+        "gpu_error": None,
+        "cpu_cap_mhz": None,
+        "cpu_skipped": None,
+        "wanted_gpu_cap_mhz": 0,
+    },
+    # no nvidia-smi on the node: said, not a crash
+    "spark4": {
+        "gpu_cap_mhz": 0,
+        "gpu_applied_mhz": 0,
+        "gpu_in_effect": True,
+        "latched": False,
+        "gpus": [],
+        "gpu_error": "nvidia-smi not found: is the NVIDIA driver installed on this node?",
+        "cpu_cap_mhz": 0,
+        "cpu_skipped": None,
+        "wanted_gpu_cap_mhz": 0,
     },
 }
 
@@ -145,11 +196,25 @@ def test_engine_status_table() -> None:
 def test_clocks_table() -> None:
     lines = tables.clocks_table({"clocks": CLOCKS}).splitlines()
     assert lines[1].split()[:3] == ["NODE", "GPU", "CAP"]
-    assert lines[3].startswith("spark1") and "2300 MHz" in lines[3] and "2281/3003" in lines[3]
+    assert lines[3].startswith("spark1") and "2300 MHz" in lines[3] and "2281/3003 busy" in lines[3]
     assert "not set" in lines[4] and "YES" in lines[4] and "not set (not applied)" in lines[4]
     assert "! spark2: CPU cap not applied: no cpufreq" in lines
     assert "! spark2: the inventory wants GPU cap 2300 MHz: run `sparkfleet clocks set 2300`" in lines
-    assert any("spark2: the GPU looks latched" in line for line in lines)
+    assert (
+        "! spark2: GPU 0 is latched: SM clock 800 MHz under load; only an AC power cycle clears it "
+        "(shut down, unplug for 30 s)"
+    ) in lines
+    spark3 = lines[5].split()
+    assert spark3[:3] == ["spark3", "not", "set"] and "345/3003" in spark3 and "idle" in spark3
+    assert spark3[spark3.index("idle") + 1] == "no"  # idle at 345 MHz: not latched
+    assert "yes" in spark3  # stock wanted and never capped: in effect
+    assert not [line for line in lines if "spark3" in line and line.startswith("!")]  # nothing to fix
+    assert lines[6].startswith("spark4") and "stock" in lines[6]
+    assert (
+        "! spark4: GPU clocks not read: nvidia-smi not found: is the NVIDIA driver installed on this node?"
+        in lines
+    )
+    assert not [line for line in lines if "latched" in line and "spark2" not in line]
 
 
 def test_documents_with_every_kind_of_data_are_valid() -> None:
