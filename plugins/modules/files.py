@@ -8,7 +8,10 @@ module: files
 short_description: Directories and root-owned files in one step; reload systemd when it needs it; enable units
 description:
   - Creates each of O(dirs) that is missing (with missing parents, which get the same owner and mode) and
-    corrects the owner and mode of those that exist, before any file is written.
+    corrects the owner and mode of those that exist, before any file is written - except a directory with
+    C(if_missing), which is made with its owner and mode only when missing and otherwise left exactly as it is
+    (a directory an admin points to may be someone else's - C(/etc), a mount point, a home - so only a
+    directory the role makes is given an owner or mode).
   - Writes each file only when its content, mode or owner differ (atomically, with a diff), creating
     missing parent directories 0755.
   - Reloads systemd when a written file lies under /etc/systemd, or when one of O(units) reports
@@ -21,8 +24,9 @@ options:
     type: list
     elements: dict
     default: []
-    description: "Entries with an absolute path, mode (octal string) and optional owner and group (names;
-      default: root for a new directory, unchanged for an existing one)."
+    description: "Entries with an absolute path, mode (octal string), optional owner and group (names;
+      default: root for a new directory, unchanged for an existing one) and optional if_missing (true: only
+      a missing directory is made and given that owner and mode; an existing one is never changed)."
   files:
     type: list
     elements: dict
@@ -45,7 +49,7 @@ EXAMPLES = r"""
 - name: A unit and its drop-in, in one round trip; enable the unit
   sparkfleet.cluster.files:
     dirs:
-      - {path: /var/lib/sparkfleet, mode: "0755"}
+      - {path: /var/lib/sparkfleet, mode: "0755", if_missing: true}
     files:
       - path: /etc/systemd/system/example.service
         mode: "0644"
@@ -68,6 +72,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 
 
@@ -101,7 +106,8 @@ def ids(entry: dict) -> tuple[int, int]:
 
 
 def plan_dirs(dirs: list[dict]) -> list[dict]:
-    """The directories that are missing or have another mode or owner, each with its diff."""
+    """The directories that are missing or have another mode or owner, each with its diff. An entry with
+    if_missing is planned only when missing: an existing directory it names is not the role's to change."""
     todo = []
     for entry in dirs:
         path, mode = str(entry["path"]), int(str(entry["mode"]), 8)
@@ -113,6 +119,8 @@ def plan_dirs(dirs: list[dict]) -> list[dict]:
         else:
             if not os.path.isdir(path):
                 raise ValueError(f"{path} exists and is not a directory")
+            if boolean(entry.get("if_missing", False), strict=False):
+                continue  # someone else's (or made by an earlier run): its owner and mode stay as they are
             if st.st_mode & 0o7777 == mode and uid in (-1, st.st_uid) and gid in (-1, st.st_gid):
                 continue
             before = f"directory mode {st.st_mode & 0o7777:04o} owner {st.st_uid}:{st.st_gid}"

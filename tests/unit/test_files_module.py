@@ -143,3 +143,49 @@ def test_a_file_where_a_directory_should_be_fails(node: dict) -> None:
     assert out["failed"] and "is not a directory" in out["msg"]
     out = run(node, {"dirs": [{"path": str(node["root"] / "d"), "mode": "0755", "owner": "no-such-user-x"}]})
     assert out["failed"] and "no-such-user-x" in out["msg"]
+
+
+def test_an_existing_directory_an_admin_points_to_keeps_its_owner_and_mode(node: dict) -> None:
+    """issue 21: model_weights_path: /etc once made the admin the owner of /etc. A directory with if_missing
+    is made with its owner and mode only when missing; an existing one (root's, 0755) is left exactly as it
+    is, while the role's own directories inside it get the intended owner and mode."""
+    theirs = node["root"] / "etc-like"
+    theirs.mkdir()
+    os.chown(theirs, 0, 0)
+    theirs.chmod(0o755)
+    (theirs / "passwd").write_text("root:x:0:0\n")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    args = {
+        "dirs": [
+            {"path": str(theirs), "mode": "0700", "owner": "nobody", "if_missing": True},
+            {"path": str(theirs / "snapshot"), "mode": "0750", "owner": "nobody", "if_missing": True},
+            {"path": str(theirs / ".sparkfleet"), "mode": "0750", "owner": "nobody"},
+        ]
+    }
+    dry = run(node, args, check_mode=True)
+    assert dry["changed_dirs"] == [str(theirs / "snapshot"), str(theirs / ".sparkfleet")]
+    assert all(str(theirs) != d["before_header"] for d in dry["diff"])
+    out = run(node, args)
+    assert out["changed_dirs"] == [str(theirs / "snapshot"), str(theirs / ".sparkfleet")]
+    st = theirs.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755)  # as it was
+    for made in ("snapshot", ".sparkfleet"):
+        st = (theirs / made).stat()
+        assert (st.st_uid, st.st_mode & 0o7777) == (nobody, 0o750)
+    assert not run(node, args)["changed"]
+    assert not run(node, args, check_mode=True)["changed"]
+    # a directory the role made earlier is not taken back either: if_missing means made once, never changed
+    os.chown(theirs / "snapshot", 0, 0)
+    assert not run(node, args)["changed"] and (theirs / "snapshot").stat().st_uid == 0
+
+
+def test_a_missing_directory_with_if_missing_is_made_with_its_parents(node: dict) -> None:
+    top = node["root"] / "srv" / "sparkfleet" / "models"
+    args = {"dirs": [{"path": str(top), "mode": "0755", "owner": "nobody", "if_missing": "true"}]}
+    out = run(node, args, check_mode=True)
+    assert out["changed_dirs"] == [str(top)] and out["diff"][0]["before"] == "absent\n" and not top.exists()
+    assert run(node, args)["changed"]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for d in (top, top.parent):  # the parents it made are its own too
+        assert d.stat().st_uid == nobody and d.stat().st_mode & 0o7777 == 0o755
+    assert not run(node, args)["changed"]
