@@ -12,7 +12,12 @@ description:
     module on this node and written as C(I(label): <key>); an existing key is never replaced.
   - >-
     Optionally writes a credentials file C(VAR=<first key>) for clients on the head (the TP3 recipe's
-    C(~/ds1017/api/credentials.env) with C(SPARK_API_KEY)), mode 0600, in a 0700 directory.
+    C(~/ds1017/api/credentials.env) with C(SPARK_API_KEY)), mode 0600, in a 0700 directory. An existing
+    credentials file that sparkfleet did not write (its first line is not sparkfleet's header) is never
+    replaced: the module fails naming it.
+  - >-
+    A missing directory of either file is made (with its missing parents) 0700 with the file's owner; an
+    existing directory is left as it is (it may be someone else's, e.g. a home directory).
   - >-
     The key is never returned; C(fingerprint) is the first 12 hex digits of its SHA-256.
 options:
@@ -65,11 +70,13 @@ def new_key(prefix: str, nbytes: int) -> str:
     return prefix + secrets.token_urlsafe(nbytes)
 
 
+CREDENTIALS_HEADER = (
+    "# Written by sparkfleet (engine_service): the engine's API key. Load: set -a; . <this file>; set +a"
+)
+
+
 def credentials_text(var: str, key: str) -> str:
-    header = (
-        "# Written by sparkfleet (engine_service): the engine's API key. Load: set -a; . <this file>; set +a"
-    )
-    return f"{header}\n{var}={key}\n"
+    return f"{CREDENTIALS_HEADER}\n{var}={key}\n"
 
 
 def _ids(owner: str | None, group: str | None) -> tuple[int, int]:
@@ -84,12 +91,9 @@ def needs_fix(path: str, uid: int, gid: int, mode: int = 0o600) -> bool:
 
 
 def ensure_dir(path: str, uid: int, gid: int, mode: int, check: bool) -> bool:
+    """Make a missing directory (and its missing parents) with this owner and mode. An existing one is left
+    as it is: it may be someone else's (a home directory, a directory an admin pointed the file into)."""
     if os.path.isdir(path):
-        if needs_fix(path, uid, gid, mode):
-            if not check:
-                os.chmod(path, mode)
-                os.chown(path, uid, gid)
-            return True
         return False
     if not check:
         parent = os.path.dirname(path)
@@ -109,8 +113,14 @@ def ensure_credentials(module: AnsibleModule, key: str) -> bool:
         module.fail_json(msg=f"unknown owner/group for {cpath}: {exc}")
     check = module.check_mode
     want = credentials_text(p["credentials_var"], key)
+    have = read_text(cpath)
+    if (have is not None or os.path.lexists(cpath)) and not (have or "").startswith(CREDENTIALS_HEADER):
+        module.fail_json(
+            msg=f"{cpath} exists and was not written by sparkfleet (its first line is not sparkfleet's "
+            "header): it is not replaced; move it away or set engine_service_credentials_file to another file"
+        )
     changed = ensure_dir(os.path.dirname(cpath), cuid, cgid, 0o700, check)
-    if read_text(cpath) != want:
+    if have != want:
         if not check:
             write_atomic(cpath, want, 0o600, uid=cuid, gid=cgid)
         return True

@@ -11,6 +11,9 @@ description:
   - A swap area's signature sits at the end of its first page, so a swapfile made under a 4K-page kernel is
     unusable by a 64K-page kernel. The file is (re)made when it is missing, has another size, or lacks a
     signature for I(page_size) (C(mkswap --pagesize)).
+  - Only a swap area is ever replaced - a regular file with a swap signature for some page size (4K, 16K or
+    64K). Anything else at I(path) (a file of someone else's, a directory, a link) is never touched: the
+    module fails naming it.
   - With I(activate=true) the file is switched on (C(swapon)) when it is not in /proc/swaps. With
     I(activate=false) (a container, where swapon would act on the host's kernel) it is made and validated
     only, and C(activation_skipped) says so.
@@ -79,6 +82,20 @@ def is_active(proc_swaps: str, path: str) -> bool:
     return any(line.split()[0] in (path, real) for line in lines if line.strip())
 
 
+PAGE_SIZES = (4096, 16384, 65536)
+
+
+def foreign(path: str) -> str | None:
+    """Why what is at `path` is not a swap area this module may replace; None when missing or a swap file."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not os.path.isfile(path):
+        return f"{path} exists and is not a regular file"
+    if not any(signature_ok(path, size) for size in PAGE_SIZES):
+        return f"{path} exists and is not a swap file (no swap signature for 4K, 16K or 64K pages)"
+    return None
+
+
 def problems(path: str, size: int, page_size: int) -> list[str]:
     if not os.path.exists(path):
         return [f"{path} does not exist"]
@@ -129,6 +146,11 @@ def main() -> None:
         module.fail_json(msg=f"size_mib must be at least 1, got {p['size_mib']}")
     path, size = p["path"], p["size_mib"] * MIB
     page_size = p["page_size"] or os.sysconf("SC_PAGE_SIZE")
+    why = foreign(path)
+    if why:
+        module.fail_json(
+            msg=f"{why}: sparkfleet replaces only a swap file; choose another path (host_tuning_swapfile)"
+        )
     reasons = problems(path, size, page_size)
     active = is_active(p["proc_swaps"], path)
     created = activated = False
