@@ -14,6 +14,11 @@ description:
     index (shard count and names, tensors present in their shard).
   - With remove_bad, a corrupt or wrongly sized file is deleted (on the head with its hub-cache blob)
     so that the download or the copy fetches it again; it is never kept.
+  - It removes only files it can prove are its own - a file the manifest names, under C(root) (a path that
+    leaves C(root), also through a symbolic link, is never touched), and its blob under C(hub_cache). With
+    prune, a file the manifest does not list is removed only when it is sparkfleet's - named in the
+    manifest written earlier (C(write_manifest)) or the very file the stat cache recorded (same size,
+    times, inode); any other file is someone else's, kept and returned in C(foreign).
 options:
   root: {type: path, required: true, description: the snapshot directory}
   files:
@@ -38,7 +43,11 @@ options:
     description: SHA256SUMS-style file in the snapshot to cross-check
   write_manifest: {type: path, description: where to write the verified manifest when complete}
   repos: {type: list, elements: dict, default: [], description: repo records for the written manifest}
-  prune: {type: bool, default: false, description: delete files under root that the manifest does not list}
+  prune:
+    type: bool
+    default: false
+    description: "delete files under root that the manifest does not list and that are sparkfleet's (an
+      earlier manifest or the stat cache names them); others are kept (C(foreign))"
   status_file: {type: path, description: progress file}
 author: sparkfleet developers
 """
@@ -78,6 +87,10 @@ removed:
   description: The files deleted because they were bad (with remove_bad).
   type: list
   returned: always
+foreign:
+  description: Files under root that no manifest of sparkfleet's names (kept, never removed).
+  type: list
+  returned: always
 cache_hits:
   description: Files not hashed again because their stat is unchanged.
   type: int
@@ -114,6 +127,49 @@ def _remove(path: str) -> bool:
         return False
 
 
+def within(top: str, rel: str) -> str | None:
+    """`top`/`rel` when it is a file inside `top` (no absolute path, no '..', no symbolic link on the way
+    out of it), else None: what the role may remove is only ever in its own directory."""
+    if not rel or os.path.isabs(rel) or os.path.normpath(rel) != rel or rel.split("/", 1)[0] == "..":
+        return None
+    path = os.path.join(top, rel)
+    real_top = os.path.realpath(top)
+    parent = os.path.realpath(os.path.dirname(path))
+    if parent != real_top and not parent.startswith(real_top.rstrip("/") + "/"):
+        return None
+    return path
+
+
+def previous_manifest(path: str | None) -> set[str]:
+    """The paths of the manifest this module wrote earlier (the files it verified there): its own."""
+    if not path:
+        return set()
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        return set()
+    return {str(f.get("path")) for f in doc.get("files") or [] if isinstance(f, dict)}
+
+
+def owned_strays(
+    root: str, stray: list[str], cache: StatCache, earlier: set[str]
+) -> tuple[list[str], list[str]]:
+    """(sparkfleet's, someone else's) of the files under root the manifest does not list."""
+    own, foreign = [], []
+    for rel in stray:
+        path = within(root, rel)
+        try:
+            st = os.lstat(path) if path else None
+        except OSError:
+            st = None
+        mine = st is not None and (rel in earlier or cache.get(rel, st) is not None)
+        (own if mine else foreign).append(rel)
+    return own, foreign
+
+
 def indexes_of(params: dict, by_path: dict) -> list[dict]:
     """The indexes to check: given, or every *.safetensors.index.json of the manifest.
 
@@ -135,13 +191,18 @@ def remove_bad(params: dict, res: dict, by_path: dict, check_mode: bool) -> list
     removed = []
     for item in res["bad"]:
         rel = item["path"]
+        path = within(params["root"], rel) if rel in by_path else None
+        if path is None:
+            continue  # not a manifest file inside the snapshot: never removed
         if check_mode:
             removed.append(rel)
             continue
-        gone = _remove(os.path.join(params["root"], rel))
+        gone = _remove(path)
         entry = by_path[rel]
         if params.get("hub_cache") and entry.get("repo_id") and entry.get("etag"):
-            gone = _remove(blob_path(params["hub_cache"], entry)) or gone
+            blob = blob_path(params["hub_cache"], entry)
+            if within(params["hub_cache"], os.path.relpath(blob, params["hub_cache"])):
+                gone = _remove(blob) or gone
         if gone:
             removed.append(rel)
     return removed
@@ -202,6 +263,7 @@ def run(params: dict, check_mode: bool = False) -> dict:
     if len(by_path) != len(files):
         raise WeightsError("the manifest lists a path twice")
     cache = StatCache(params.get("cache_file"))
+    earlier = previous_manifest(params.get("write_manifest"))
     progress = Progress(params.get("status_file"), "verify", sum(int(f["size"]) for f in files), len(files))
     if os.path.isdir(root):
         workers = params.get("workers") or 0
@@ -213,9 +275,12 @@ def run(params: dict, check_mode: bool = False) -> dict:
         res = {"ok": {}, "missing": sorted(by_path), "bad": [], "hashed_bytes": 0, "cache_hits": 0}
         stray = []
     removed = remove_bad(params, res, by_path, check_mode) if params.get("remove_bad") else []
-    pruned = []
-    if params.get("prune"):
-        pruned = [rel for rel in stray if check_mode or _remove(os.path.join(root, rel))]
+    pruned: list[str] = []
+    own, foreign = owned_strays(root, stray, cache, earlier)
+    for rel in own if params.get("prune") else []:  # an earlier revision's: listed by its manifest or cache
+        path = within(root, rel)
+        if path and (check_mode or _remove(path)):
+            pruned.append(rel)
 
     errors: list[str] = []
     complete = not res["missing"] and not res["bad"]
@@ -259,6 +324,7 @@ def run(params: dict, check_mode: bool = False) -> dict:
         "removed": removed,
         "stray": stray,
         "pruned": pruned,
+        "foreign": foreign,
         "errors": errors,
         "digest": digest,
         "files": verified,

@@ -152,17 +152,91 @@ def test_safetensors_headers_and_index_shard_counts_are_checked(tree, tmp_path):
 
 
 def test_missing_files_and_strays(tree, tmp_path):
+    """Prune removes a file of an earlier revision (its manifest named it), never one of someone else's."""
     root, m = tree
     import shutil
 
     work = tmp_path / "prune"
     shutil.copytree(root / "snapshot", work / "snapshot")
     (work / "snapshot" / "old-shard.safetensors").write_bytes(b"x")
+    (work / "snapshot" / "notes.txt").write_text("someone else's\n")
     (work / "snapshot" / "tokenizer.json").unlink()
-    res = verify.run(dict(params(work, m), cache_file=None, prune=True))
+    earlier = work / ".sparkfleet" / "manifest.json"
+    earlier.parent.mkdir()
+    earlier.write_text(json.dumps({"format": 1, "files": [{"path": "old-shard.safetensors", "size": 1}]}))
+    res = verify.run(dict(params(work, m), cache_file=None, prune=True, write_manifest=str(earlier)))
     assert res["missing"] == ["tokenizer.json"] and res["pruned"] == ["old-shard.safetensors"]
+    assert (
+        res["foreign"] == ["notes.txt"]
+        and (work / "snapshot" / "notes.txt").read_text() == "someone else's\n"
+    )
     assert not (work / "snapshot" / "old-shard.safetensors").exists()
     assert res["missing_bytes"] == next(f["size"] for f in m["files"] if f["path"] == "tokenizer.json")
+
+
+def test_prune_removes_a_file_the_stat_cache_recorded_but_not_a_look_alike(tree, tmp_path):
+    root, m = tree
+    import shutil
+
+    work = tmp_path / "prune-cache"
+    shutil.copytree(root / "snapshot", work / "snapshot")
+    p = params(work, m)
+    assert verify.run(dict(p, full=True))["complete"]  # the cache now records every manifest file
+    shard = next(f["path"] for f in m["files"] if f["path"].endswith(".safetensors"))
+    # the next revision drops that shard: it is the role's (the cache has its very size, times and inode)
+    fewer = dict(p, files=[f for f in m["files"] if f["path"] != shard], prune=True)
+    res = verify.run(fewer, check_mode=True)
+    assert res["pruned"] == [shard] and (work / "snapshot" / shard).exists()
+    res = verify.run(fewer)
+    assert res["pruned"] == [shard] and not (work / "snapshot" / shard).exists()
+    # a file put there under the same name afterwards is not the one the cache saw: kept
+    (work / "snapshot" / shard).write_bytes(b"mine")
+    res = verify.run(fewer)
+    assert (
+        res["pruned"] == []
+        and res["foreign"] == [shard]
+        and (work / "snapshot" / shard).read_bytes() == b"mine"
+    )
+
+
+def test_a_foreign_file_beside_the_weights_survives_a_verify_that_removes_a_corrupt_shard(tree, tmp_path):
+    """issue 21: the role removes only files it can prove are its own (in its snapshot, named by its
+    manifest), with the role's own settings (remove_bad and prune both on)."""
+    root, m = tree
+    import shutil
+
+    work = tmp_path / "foreign"
+    shutil.copytree(root, work, symlinks=True)
+    snap = work / "snapshot"
+    shard = snap / "model-00004-of-00006.safetensors"
+    flip(shard, shard.stat().st_size - 3)
+    beside_in_snapshot = snap / "README.admin"
+    beside_in_snapshot.write_text("not sparkfleet's\n")
+    (snap / "extra").mkdir()
+    (snap / "extra" / "model-00004-of-00006.safetensors").write_bytes(b"a look-alike name, elsewhere")
+    beside_the_weights = work / "my-notes.txt"
+    beside_the_weights.write_text("mine\n")
+    outside = tmp_path / "outside.safetensors"
+    outside.write_text("outside the snapshot\n")
+    (snap / "escape").symlink_to(tmp_path)  # a path through a link out of the snapshot is never followed
+    files = m["files"] + [{"path": "escape/outside.safetensors", "size": 1, "sha256": "0" * 64}]
+    p = dict(params(work, m), files=files, hub_cache=str(work / "hub"), remove_bad=True, prune=True,
+             write_manifest=str(work / ".sparkfleet" / "manifest.json"))  # fmt: skip
+    res = verify.run(p)
+    assert res["removed"] == ["model-00004-of-00006.safetensors"] and not shard.exists()
+    assert beside_in_snapshot.read_text() == "not sparkfleet's\n"
+    assert (snap / "extra" / "model-00004-of-00006.safetensors").exists()
+    assert beside_the_weights.read_text() == "mine\n" and outside.read_text() == "outside the snapshot\n"
+    assert res["pruned"] == [] and set(res["foreign"]) >= {
+        "README.admin",
+        "extra/model-00004-of-00006.safetensors",
+    }
+    assert any(b["path"] == "escape/outside.safetensors" for b in res["bad"])  # bad, yet not removed
+    assert (
+        verify.within(str(snap), "../my-notes.txt") is None
+        and verify.within(str(snap), "/etc/passwd") is None
+    )
+    assert verify.within(str(snap), "escape/outside.safetensors") is None
 
 
 def test_check_mode_removes_nothing(tree, tmp_path):
