@@ -12,7 +12,7 @@ description:
     unusable by a 64K-page kernel. The file is (re)made when it is missing, has another size, or lacks a
     signature for I(page_size) (C(mkswap --pagesize)).
   - Only a swap area is ever replaced - a regular file with a swap signature for some page size (4K, 16K or
-    64K). Anything else at I(path) (a file of someone else's, a directory, a link) is never touched: the
+    64K). Anything else at I(path) (a file of someone else's, a directory, a link) is never touched, and the
     module fails naming it.
   - With I(activate=true) the file is switched on (C(swapon)) when it is not in /proc/swaps. With
     I(activate=false) (a container, where swapon would act on the host's kernel) it is made and validated
