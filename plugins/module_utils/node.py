@@ -17,6 +17,9 @@ MEMORY_SAVER = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"
 # Kernel build options sparkfleet decides on: KHO on by default needs kho=off for RDMA memory registration
 # (christopherowen/spark-ds41f docs/recovery.md; Bizuayeu docs/hosts.md), a 64K kernel must have 64K pages.
 KERNEL_OPTIONS = ("CONFIG_KEXEC_HANDOVER", "CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT", "CONFIG_ARM64_64K_PAGES")
+# What container runtimes leave where systemd-detect-virt is missing: systemd's own mark (written by a
+# systemd booted in a container), Docker's and Podman's files.
+CONTAINER_MARKS = ("/run/systemd/container", "/.dockerenv", "/run/.containerenv")
 # fwupd device names of a DGX Spark's board firmware -> sparkfleet's component names (the SMBIOS firmware
 # inventory christopherowen/spark-ds41f docs/recovery.md records as SoC, EC, PD).
 FWUPD_COMPONENTS = (
@@ -171,6 +174,33 @@ class NodeProbe:
         tables = [t for t in (self.read("/proc/net/tcp"), self.read("/proc/net/tcp6")) if t]
         return listening_ports(tables, ports)
 
+    def container(self, module, tool: str = "systemd-detect-virt") -> dict:
+        """{container (bool), how (what decided), missing (what could not be read, '' when nothing)}:
+        `systemd-detect-virt --container` where it runs, else the files container runtimes leave
+        (CONTAINER_MARKS, and container= in PID 1's environment)."""
+        path = module.get_bin_path(tool)
+        missing = f"{tool} not found"
+        if path:
+            rc, out, err = module.run_command([path, "--container"])
+            if rc in (0, 1):  # 0: a container (its name printed), 1: none
+                return {
+                    "container": rc == 0,
+                    "how": f"{tool} --container: {out.strip() or 'none'}",
+                    "missing": "",
+                }
+            missing = f"{tool} --container failed (exit {rc}): {(err or out).strip()[-200:]}"
+        marks = [m for m in CONTAINER_MARKS if os.path.lexists(self.path(m))]
+        environ = (self.read("/proc/1/environ") or "").split("\0")
+        marks += [
+            f"{e} in /proc/1/environ" for e in environ if e.startswith("container=") and e != "container="
+        ]
+        how = (
+            f"a container by {', '.join(marks)}"
+            if marks
+            else f"not a container (none of {', '.join(CONTAINER_MARKS)}, no container= in /proc/1/environ)"
+        )
+        return {"container": bool(marks), "how": how, "missing": missing}
+
     def kernel_config(self, release: str | None = None) -> dict[str, str] | None:
         """The build options of a kernel (default the running one) from /boot/config-<release>."""
         return parse_kernel_config(self.read(f"/boot/config-{release or self.kernel_release()}"))
@@ -215,14 +245,24 @@ class NodeProbe:
 
     def driver_version(self, module, nvidia_smi: str = "nvidia-smi") -> str | None:
         """The NVIDIA kernel module's version, else what nvidia-smi reports; None without a driver."""
+        return self.driver(module, nvidia_smi)["version"]
+
+    def driver(self, module, nvidia_smi: str = "nvidia-smi") -> dict:
+        """{version (None without a driver), missing: what could not be read ('' when it was)}."""
         text = self.read("/sys/module/nvidia/version")
         if text and text.strip():
-            return text.strip()
+            return {"version": text.strip(), "missing": ""}
+        missing = "/sys/module/nvidia/version missing (the nvidia module is not loaded)"
         path = module.get_bin_path(nvidia_smi)
         if not path:
-            return None
-        rc, out, _err = module.run_command([path, "--query-gpu=driver_version", "--format=csv,noheader"])
-        return out.strip().splitlines()[0] if rc == 0 and out.strip() else None
+            return {"version": None, "missing": f"{missing}, and {nvidia_smi} not found"}
+        rc, out, err = module.run_command([path, "--query-gpu=driver_version", "--format=csv,noheader"])
+        if rc == 0 and out.strip():
+            return {"version": out.strip().splitlines()[0], "missing": ""}
+        return {
+            "version": None,
+            "missing": f"{missing}, and {nvidia_smi} failed (exit {rc}): {(err or out).strip()[-200:]}",
+        }
 
     def gpus(self, module, nvidia_smi: str = "nvidia-smi") -> dict:
         """{ok, gpus (nvidia-smi -L lines), error, compute_processes}."""

@@ -26,6 +26,9 @@ description:
     but not in /proc/cmdline, a 64K kernel installed but not running, packages that ask for one
     (/run/reboot-required).
   - >-
+    Degrades, never crashes: a tool or file it cannot read makes its checks C(n/a) with what could not be read
+    (a missing nvidia-smi, a missing systemd-detect-virt, an unreadable file), and the rest is reported.
+  - >-
     Changes nothing.
 options:
   expect:
@@ -33,14 +36,22 @@ options:
       Expected values: os (dict distro id -> minimum version), kernel_min, page_size, driver_min,
       firmware_min (dict bios, soc, ec, pd, connectx7 -> minimum version), memory_saver (bool: required),
       memory_saver_pairs and kernel_pairs (lists of {kernel, driver}), thp, swap_min_mib, swapfile,
-      sysctl (dict), gpu_cap_mhz, cpu_cap_mhz, cmdline_add (list), cmdline_remove (list),
+      sysctl (dict), gpu_cap_mhz (0 = stock: never capped is ok), cpu_cap_mhz, cmdline_add (list),
+      cmdline_remove (list),
       kernel_release (the 64K kernel, or null), ready_checks (list).
     type: dict
     required: true
   container:
-    description: The node is a container.
+    description: >-
+      The node is a container. Unset: detected here (I(systemd_detect_virt), else the files container
+      runtimes leave: /run/systemd/container, /.dockerenv, /run/.containerenv, container= in PID 1's
+      environment); C(facts.container) says what was decided.
     type: bool
-    default: false
+  systemd_detect_virt:
+    description: >-
+      The systemd-detect-virt executable (on a node without it the files decide, and a row says so).
+    type: str
+    default: systemd-detect-virt
   state_dir:
     description: sparkfleet's state directory on the node.
     type: path
@@ -200,38 +211,94 @@ def firmware_at_least(value: str | None, minimum: str) -> bool | None:
     return version_tuple(value) >= version_tuple(minimum)
 
 
+# fact -> the checks that read it: when the fact cannot be read, they are n/a and say why
+FACT_CHECKS = {
+    "os": ("OS release",),
+    "kernel": ("kernel", "kernel pair"),
+    "page_size": ("page size",),
+    "cmdline": ("kernel command line",),
+    "driver": ("NVIDIA driver", "kernel pair", "memory saver"),
+    "firmware": tuple(name for name, _where, _fix in FIRMWARE.values() if name != "ConnectX-7 firmware"),
+    "cx7_firmware": ("ConnectX-7 firmware",),
+    "memory_saver": ("memory saver",),
+    "thp": ("THP",),
+    "swap": ("swap", "memory saver"),
+    "sysctl": ("sysctl",),
+    "clock_caps": ("GPU clock cap", "CPU clock cap"),
+    "gpu_cap_verify": ("GPU clock cap",),
+}
+
+
+def _read(unreadable: dict[str, str], fact: str, read: Callable[[], object], default: object) -> object:
+    """One fact, or `default` with why it could not be read: a reader that fails is a row, never a crash."""
+    try:
+        return read()
+    except Exception as err:  # any failure of one reader leaves the report standing
+        unreadable[fact] = f"{type(err).__name__}: {err}"
+        return default
+
+
 def collect(module: AnsibleModule, p: dict) -> dict:
     node = NodeProbe(p["root"], kernel_release=p["kernel_release"], page_size=p["page_size"])
     expect = p["expect"]
-    caps = node.clock_caps(p["state_dir"], p["run_dir"])
-    reboot = node.reboot_required()
+    bad: dict[str, str] = {}
+    caps = _read(bad, "clock_caps", lambda: node.clock_caps(p["state_dir"], p["run_dir"]), {})
+    reboot = _read(bad, "reboot_required", node.reboot_required, {"required": False, "packages": []})
     wanted_fw = expect.get("firmware_min") or {}
     board = (
-        node.board_firmware(module, p["fwupdmgr"])
+        _read(
+            bad, "firmware", lambda: node.board_firmware(module, p["fwupdmgr"]), {"versions": {}, "error": ""}
+        )
         if {"soc", "ec", "pd"} & set(wanted_fw)
         else {"versions": {}, "error": ""}
     )
-    return {
-        "os": node.os_release(),
-        "kernel": node.kernel_release(),
-        "page_size": node.page_size(),
-        "cmdline": node.cmdline(),
-        "driver": node.driver_version(module, p["nvidia_smi"]),
-        "firmware": {"bios": node.bios_version(), **board["versions"]},
+    driver = _read(
+        bad, "driver", lambda: node.driver(module, p["nvidia_smi"]), {"version": None, "missing": ""}
+    )
+    virt = _read(
+        bad,
+        "container",
+        lambda: node.container(module, p["systemd_detect_virt"]),
+        {"container": False, "how": "not read", "missing": ""},
+    )
+    facts = {
+        "os": _read(bad, "os", node.os_release, {"id": "?", "version": "?", "name": "?"}),
+        "kernel": _read(bad, "kernel", node.kernel_release, "?"),
+        "page_size": _read(bad, "page_size", node.page_size, None),
+        "cmdline": _read(bad, "cmdline", node.cmdline, []),
+        "driver": driver["version"],
+        "driver_missing": driver["missing"],
+        "firmware": {"bios": _read(bad, "firmware", node.bios_version, None), **board["versions"]},
         "firmware_error": board["error"],
-        "cx7_firmware": node.cx7_firmware(p["sysfs_root"]),
-        "nvidia_uvm_loaded": node.nvidia_uvm_loaded(),
-        "memory_saver": node.memory_saver(),
-        "thp": node.thp(),
-        "swap": node.swap(expect.get("swapfile")),
-        "sysctl": {key: node.sysctl(key) for key in expect.get("sysctl") or {}},
-        "gpu_cap_configured": caps["gpu_configured"],
-        "gpu_cap_applied": caps["gpu_applied"],
-        "gpu_cap_verify": clock_state.read_verify(node.path(clock_state.verify_path(p["run_dir"]))),
-        "cpu_cap_configured": caps["cpu_configured"],
+        "cx7_firmware": _read(bad, "cx7_firmware", lambda: node.cx7_firmware(p["sysfs_root"]), {}),
+        "nvidia_uvm_loaded": _read(bad, "memory_saver", node.nvidia_uvm_loaded, False),
+        "memory_saver": _read(bad, "memory_saver", node.memory_saver, None),
+        "thp": _read(bad, "thp", node.thp, None),
+        "swap": _read(
+            bad,
+            "swap",
+            lambda: node.swap(expect.get("swapfile")),
+            {"active_mib": 0, "devices": [], "swapfile": expect.get("swapfile")},
+        ),
+        "sysctl": _read(
+            bad, "sysctl", lambda: {key: node.sysctl(key) for key in expect.get("sysctl") or {}}, {}
+        ),
+        "gpu_cap_configured": caps.get("gpu_configured"),
+        "gpu_cap_applied": caps.get("gpu_applied"),
+        "gpu_cap_verify": _read(
+            bad,
+            "gpu_cap_verify",
+            lambda: clock_state.read_verify(node.path(clock_state.verify_path(p["run_dir"]))),
+            None,
+        ),
+        "cpu_cap_configured": caps.get("cpu_configured"),
         "reboot_required_file": reboot["required"],
         "reboot_required_pkgs": reboot["packages"],
+        "virtualization": virt,
+        "container": virt["container"] if p["container"] is None else p["container"],
     }
+    facts["unreadable"] = bad
+    return facts
 
 
 def check(name: str, value: object, expected: object, ok: bool, fix: str) -> dict:
@@ -305,7 +372,7 @@ def c_driver(f: dict, expect: dict) -> list[dict]:
         out.append(
             check(
                 "NVIDIA driver",
-                f["driver"] or "not found",
+                f["driver"] or f"not found: {f.get('driver_missing') or 'no driver'}",
                 f">= {expect['driver_min']}",
                 at_least(f["driver"], str(expect["driver_min"])),
                 "install the NVIDIA 580 driver of DGX OS (sudo apt full-upgrade), then `sparkfleet reboot`",
@@ -426,16 +493,22 @@ def c_clocks(f: dict, expect: dict) -> list[dict]:
             f"configured {'never' if conf is None else conf} MHz, applied since boot "
             f"{'nothing' if applied is None else f'{applied} MHz'}"
         )
-        not_taken = bool(verify and verify["cap"] == applied and verify["result"] == "not-taken")
+        checked = bool(verify and verify["cap"] == applied and applied)
+        not_taken = checked and verify["result"] == "not-taken"
         if not_taken:
             value += f", NOT TAKEN (SM clock {verify['sm_mhz']} MHz right after -lgc)"
+        elif checked and verify["result"] == "unverified":
+            value += " (not verified: the GPU idled during the check; `sparkfleet clocks show` under load)"
+        # stock wanted: never configured or 0, and no cap applied since this boot (a boot starts at stock)
+        stock = want == 0 and conf in (None, 0) and applied in (None, 0)
         out.append(
             check(
                 "GPU clock cap",
                 value,
                 f"{want} MHz (0 = stock)",
-                conf == want and applied == want and not not_taken,
-                "the GPU ignored -lgc: check the clock under load and power-cycle the Spark at the wall"
+                stock or (conf == want and applied == want and not not_taken),
+                "-lgc answered success without pinning the clock (GB10 can): check the clock under load with "
+                "`sparkfleet clocks show` while the engine serves"
                 if not_taken
                 else (f"`sparkfleet clocks set {want}`" if want else "`sparkfleet clocks reset`"),
             )
@@ -467,7 +540,34 @@ CHECKS: tuple[Callable[[dict, dict], list[dict]], ...] = (
 
 
 def checks(f: dict, expect: dict) -> list[dict]:
-    return [c for fn in CHECKS for c in fn(f, expect)]
+    results = [c for fn in CHECKS for c in fn(f, expect)]
+    unreadable = f.get("unreadable") or {}
+    by_name = {c["check"]: c for c in results}
+    for fact, error in unreadable.items():
+        names = [n for n in FACT_CHECKS.get(fact, ()) if n in by_name]
+        for name in names:
+            c = by_name[name]
+            c.update(
+                status="n/a", value=f"not readable ({fact}): {error}", fix="see why it could not be read"
+            )
+        if not names:
+            results.append(
+                check(f"read {fact}", f"not readable: {error}", "readable", False, "see the error")
+            )
+            results[-1]["status"] = "n/a"
+    virt = f.get("virtualization") or {}
+    if virt.get("missing"):
+        results.append(
+            {
+                "check": "container detection",
+                "value": f"{virt['missing']}; {virt['how']}",
+                "expected": "systemd-detect-virt --container answers",
+                "status": "n/a",
+                "fix": "install systemd-detect-virt (package systemd) for the usual detection; the files "
+                "decided meanwhile",
+            }
+        )
+    return results
 
 
 def mark_container(results: list[dict], container: bool, sysfs_root: str) -> None:
@@ -531,7 +631,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "expect": {"type": "dict", "required": True},
-            "container": {"type": "bool", "default": False},
+            "container": {"type": "bool"},
+            "systemd_detect_virt": {"type": "str", "default": "systemd-detect-virt"},
             "state_dir": {"type": "path", "default": "/var/lib/sparkfleet"},
             "run_dir": {"type": "path", "default": "/run/sparkfleet"},
             "sysfs_root": {"type": "path", "default": "/sys"},
@@ -545,11 +646,12 @@ def main() -> None:
     )
     p = module.params
     facts = collect(module, p)
+    container = facts["container"]
     results = checks(facts, p["expect"])
-    mark_container(results, p["container"], p["sysfs_root"])
+    mark_container(results, container, p["sysfs_root"])
     s = facts["swap"]
     swap_check = next((c for c in results if c["check"] == "swap"), None)
-    if swap_check and p["container"] and s.get("swapfile_signature"):
+    if swap_check and container and s.get("swapfile_signature"):
         swap_check["value"] += (
             f"; {s['swapfile']} made ({s['swapfile_mib']} MiB), not switched on in a container"
         )
@@ -571,7 +673,7 @@ def main() -> None:
             + (f" ({r['note']})" if r.get("note") else "")
             for r in ready
         ],
-        reboot_reasons=reboot_reasons(facts, p["expect"], p["container"]),
+        reboot_reasons=reboot_reasons(facts, p["expect"], container),
         report=report,
     )
 
