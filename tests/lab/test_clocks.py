@@ -1,6 +1,8 @@
-"""GPU clock caps on a live lab: set, re-run, show, reset, a latched GPU, a cap that does not take, the boot
-unit's order, and the engine left alone. The lab's nvidia-smi is the GB10 simulator
-(lab/sparkfleet_lab/sim/nvidia_smi.py); without a lock its SM clock floats at GB10's stock 2418 MHz."""
+"""GPU clock caps on a live lab: set, re-run, show, reset, an idle GPU reported idle, a latched GPU under
+load, a cap that does not take, the boot unit's order, and the engine left alone. The lab's nvidia-smi is the
+GB10 simulator (lab/sparkfleet_lab/sim/README.md): idle (no engine process) its SM clock drops to 345 MHz
+with reason GPU idle; under load (the engine running, or its `load` switch) it runs at 2418 MHz or at the
+cap."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-STOCK = 2418
+IDLE = 345  # the simulator's idle clock (the H200 recording's)
+LOAD = 2418  # the simulator under load without a lock (GB10's applications clock)
 
 
 def smi(lab, host: str, query: str) -> str:
@@ -26,6 +29,25 @@ def smi(lab, host: str, query: str) -> str:
         text=True,
         check=True,
     ).stdout.strip()
+
+
+def switch(lab, host: str, name: str, on: bool) -> None:
+    """One of the simulator's switches in /run/nvidia-sim (load, latched, ignore-lock)."""
+    command = (
+        f"mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/{name}" if on else f"rm -f /run/nvidia-sim/{name}"
+    )
+    subprocess.run(["docker", "exec", lab.container(host), "sh", "-c", command], check=True)
+
+
+def engine_running(lab) -> bool:
+    """Whether engine_service's containers run on any node (they carry its label)."""
+    return any(
+        subprocess.run(
+            ["docker", "exec", lab.container(h), "docker", "ps", "-q", "--filter",
+             "label=io.sparkfleet.engine.managed=true"], capture_output=True, text=True, check=False,
+        ).stdout.strip()
+        for h in lab.hosts
+    )  # fmt: skip
 
 
 def inventory_cap(lab) -> int:
@@ -82,13 +104,20 @@ def verify_record(lab, host: str) -> dict[str, str]:
 def test_the_inventory_cap_is_in_effect_and_was_checked(lab):
     cap = inventory_cap(lab)
     for host in lab.hosts:
-        sm, persistence = (v.strip() for v in smi(lab, host, "clocks.sm,persistence_mode").split(","))
-        assert (
-            persistence == "Disabled"
-        )  # -pm 1 only when gpu_clocks_persistence_mode asks (the receipts: no)
-        assert (int(sm) < cap) if cap else int(sm) == STOCK
+        sm, persistence, reasons = (
+            v.strip()
+            for v in smi(lab, host, "clocks.sm,persistence_mode,clocks_event_reasons.active").split(",")
+        )
+        # -pm 1 only when gpu_clocks_persistence_mode asks (the receipts: no)
+        assert persistence == "Disabled"
+        if int(reasons, 16) & 0x1:  # idle (no engine on this node): the idle clock, whatever the cap
+            assert int(sm) == IDLE
+        else:  # the engine runs: under the cap, or the power-capped clock without one
+            assert (int(sm) < cap) if cap else int(sm) == LOAD
         record = verify_record(lab, host)
-        assert record["CAP"] == str(cap) and record["RESULT"] == ("held" if cap else "stock")
+        # a cap checked with the GPU busy held; one checked idle (at boot, before the engine) is unverified
+        assert record["CAP"] == str(cap)
+        assert record["RESULT"] in (("held", "unverified") if cap else ("stock",)), record
 
 
 def test_the_boot_unit_runs_after_persistenced_and_before_docker(lab):
@@ -131,6 +160,8 @@ def test_the_boot_unit_runs_after_persistenced_and_before_docker(lab):
 @pytest.mark.tp2_faults
 def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
     engines = {h: containers(lab, h) for h in lab.hosts}
+    for host in lab.hosts:  # under load whether or not the engine serves: the cap shows only then
+        switch(lab, host, "load", True)
     try:
         first = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
         assert first.exit_code == 0, first.failures
@@ -152,62 +183,71 @@ def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
                 "NVIDIA GB10: SM 2080 MHz (max 3003 MHz), persistence Disabled, clock event reasons 0x"
                 in lines[2]
             )
+            assert ": busy (" in lines[2]
             assert any(line.startswith("CPU cap:") for line in lines)
             assert not any("LATCHED" in line for line in lines)
 
         reset = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 0})
         assert reset.exit_code == 0, reset.failures
-        assert all(int(smi(lab, h, "clocks.sm")) == STOCK for h in lab.hosts)
+        assert all(int(smi(lab, h, "clocks.sm")) == LOAD for h in lab.hosts)
         assert {h: containers(lab, h) for h in lab.hosts} == engines  # `clocks set` restarts nothing
     finally:
+        for host in lab.hosts:
+            switch(lab, host, "load", False)
         restore = play("playbooks/clocks.yml")
         assert restore.exit_code == 0, restore.failures
 
 
 @pytest.mark.destructive
 @pytest.mark.tp2_faults
-def test_show_flags_a_latched_gpu(lab, play):
+def test_an_idle_gpu_is_reported_idle_and_a_low_clock_under_load_latched(lab, play):
+    """With the engine stopped every GPU idles at 345 MHz (reason GPU idle): `clocks show` says idle and
+    advises no power cycle, also on a node whose simulator is latched (idle, a latch does not show). Under the
+    lab's load switch that node's clock sticks at 855 MHz: LATCHED, with the AC power cycle; the others not.
+    The engine is started again afterwards if it ran."""
     host = lab.hosts[-1]
-    subprocess.run(
-        [
-            "docker",
-            "exec",
-            lab.container(host),
-            "sh",
-            "-c",
-            "mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/latched",
-        ],
-        check=True,
-    )
+    engine_ran = engine_running(lab)
+    if engine_ran:
+        stop = play("playbooks/stop.yml")
+        assert stop.exit_code == 0, stop.failures
+    switch(lab, host, "latched", True)
     try:
-        report = show(lab, play)
-        latched = [line for line in report[host] if "LATCHED" in line]
-        assert latched and "AC power cycle" in latched[0] and "under 1000 MHz" in latched[0]
+        idle = show(lab, play)
+        for node in lab.hosts:
+            gpu = next(line for line in idle[node] if line.startswith("GPU 0 NVIDIA GB10: "))
+            assert gpu.startswith(f"GPU 0 NVIDIA GB10: SM {IDLE} MHz (max 3003 MHz)"), gpu
+            assert gpu.endswith(": idle (clock event reason GPU idle)"), gpu
+            assert f"GPU 0: idle: SM {IDLE} MHz is its idle clock, not a fault" in "\n".join(idle[node])
+            advice = [
+                line for line in idle[node] if "LATCHED" in line or "power cycle" in line or "unplug" in line
+            ]
+            assert advice == [], (node, advice)
+        switch(lab, host, "load", True)
+        loaded = show(lab, play)
+        assert (
+            "GPU 0: LATCHED: SM clock 855 MHz under load is under 1000 MHz; only an AC power cycle clears it "
+            "(shut down, unplug for 30 s)"
+        ) in loaded[host]
         for other in lab.hosts[:-1]:
-            assert not any("LATCHED" in line for line in report[other])
+            assert not any("LATCHED" in line for line in loaded[other])
     finally:
-        subprocess.run(
-            ["docker", "exec", lab.container(host), "rm", "-f", "/run/nvidia-sim/latched"], check=True
-        )
+        switch(lab, host, "load", False)
+        switch(lab, host, "latched", False)
+        if engine_ran:
+            start = play("playbooks/start.yml")
+            assert start.exit_code == 0, start.failures
 
 
 @pytest.mark.destructive
 @pytest.mark.tp2_faults
 def test_a_cap_the_gpu_ignores_is_reported_not_taken(lab, play):
-    """The simulator's ignore-lock switch: -lgc answers success and the clock keeps floating (a GB10 that does
-    not pin): the run, `clocks show` and a re-run say NOT TAKEN, and the re-run does not loop."""
+    """The simulator's ignore-lock switch: -lgc answers success and under load the clock keeps running at
+    2418 MHz (a GB10 that does not pin): the run, `clocks show` and a re-run say NOT TAKEN, and the re-run
+    does not loop. Every node under the load switch: an idle clock would prove nothing either way."""
     host = lab.hosts[-1]
-    subprocess.run(
-        [
-            "docker",
-            "exec",
-            lab.container(host),
-            "sh",
-            "-c",
-            "mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/ignore-lock",
-        ],
-        check=True,
-    )
+    switch(lab, host, "ignore-lock", True)
+    for node in lab.hosts:
+        switch(lab, node, "load", True)
     try:
         said: dict[str, str] = {}
 
@@ -222,8 +262,9 @@ def test_a_cap_the_gpu_ignores_is_reported_not_taken(lab, play):
         first = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100}, on_event=on_event)
         assert first.exit_code == 0, first.failures
         assert set(said) == {host}, said  # only the GPU that ignored the lock
-        assert "NOT TAKEN" in said[host] and f"{STOCK} MHz" in said[host]
-        assert int(smi(lab, host, "clocks.sm")) == STOCK
+        assert "NOT TAKEN" in said[host] and f"{LOAD} MHz" in said[host]
+        assert "power-cycle" not in said[host]  # a lock GB10 ignores is no latch
+        assert int(smi(lab, host, "clocks.sm")) == LOAD
         assert verify_record(lab, host)["RESULT"] == "not-taken"
         for other in lab.hosts[:-1]:
             assert verify_record(lab, other)["RESULT"] == "held"
@@ -232,8 +273,8 @@ def test_a_cap_the_gpu_ignores_is_reported_not_taken(lab, play):
         report = show(lab, play)
         assert any(line.startswith("GPU cap check: NOT TAKEN") for line in report[host])
     finally:
-        subprocess.run(
-            ["docker", "exec", lab.container(host), "rm", "-f", "/run/nvidia-sim/ignore-lock"], check=True
-        )
+        switch(lab, host, "ignore-lock", False)
+        for node in lab.hosts:
+            switch(lab, node, "load", False)
         restore = play("playbooks/clocks.yml")
         assert restore.exit_code == 0, restore.failures

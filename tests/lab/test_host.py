@@ -391,12 +391,22 @@ def test_reboot_only_when_allowed_then_the_whole_cluster_together(lab, play):
         cap = int(conf.rsplit("GPU_CLOCK_CAP_MHZ=", 1)[1])
         applied = docker_exec(lab, host, "cat", "/run/sparkfleet/clocks/gpu.applied").stdout.strip()
         assert applied == str(cap)
-        sm = int(
-            docker_exec(
-                lab, host, "nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"
-            ).stdout
+        query = (
+            "nvidia-smi",
+            "--query-gpu=clocks.sm,clocks_event_reasons.active",
+            "--format=csv,noheader,nounits",
         )
-        assert sm < cap if cap else sm == 2418  # the simulator's stock GB10 clock
+        sm, reasons = docker_exec(lab, host, *query).stdout.split(",")
+        # idle (the engine not restarted): the simulator's idle clock, whatever the cap
+        if int(reasons, 16) & 0x1:
+            assert int(sm) == 345
+        # under load (the simulator's switch) the lock holds the clock under the cap (2418 MHz without one)
+        docker_exec(lab, host, "sh", "-c", "mkdir -p /run/nvidia-sim && touch /run/nvidia-sim/load")
+        try:
+            loaded = int(docker_exec(lab, host, *query).stdout.split(",")[0])
+            assert loaded < cap if cap else loaded == 2418
+        finally:
+            docker_exec(lab, host, "rm", "-f", "/run/nvidia-sim/load")
         # the oneshot finished before the container runtime started (Before=docker.service)
         clocks_done = int(
             docker_exec(
