@@ -40,3 +40,31 @@ def test_only_the_head_talks_to_the_hub(node):
     assert node("spark1").file(f"{ROOT}/hub").is_directory  # the head's Hugging Face cache
     assert not node("spark2").file(f"{ROOT}/hub").exists
     assert node("spark2").run(f"find {ROOT} -name '*.rsync-partial' -o -name '*.incomplete'").stdout == ""
+
+
+def test_an_existing_directory_the_weights_path_points_to_keeps_its_owner_and_mode(lab, play):
+    """issue 21 (model_weights_path: /etc once made the admin the owner of /etc): pointed at an existing
+    directory owned by root with mode 0755, the role leaves its owner and mode as they were; the directories
+    it makes inside (the snapshot, .sparkfleet, the head's hub) are the admin's; the weights verify there."""
+    theirs, record = "/srv/theirs", "/srv/theirs-weights.json"
+    head = lab.hosts[0]
+    try:
+        for h in lab.hosts:
+            lab.exec(h, "install", "-d", "-o", "root", "-g", "root", "-m", "0755", theirs)
+        result = play(
+            "playbooks/weights.yml", extravars={"model_weights_path": theirs, "model_weights_record": record}
+        )
+        assert result.exit_code == 0, " ".join(f"{f.host}: {f.task}: {f.msg}" for f in result.failures)
+        for h in lab.hosts:
+            admin = lab.exec(h, "stat", "-c", "%U", ROOT).strip()  # the role made ROOT: the admin's
+            assert admin != "root"
+            assert lab.exec(h, "stat", "-c", "%U:%G %a", theirs).strip() == "root:root 755", h
+            for own in ["snapshot", ".sparkfleet"] + (["hub"] if h == head else []):
+                assert lab.exec(h, "stat", "-c", "%U %a", f"{theirs}/{own}").strip() == f"{admin} 755", (
+                    h,
+                    own,
+                )
+            assert json.loads(lab.exec(h, "cat", record))["verified"] is True
+    finally:
+        for h in lab.hosts:
+            lab.exec(h, "rm", "-rf", theirs, record, check=False)
