@@ -22,15 +22,15 @@ options:
   rules:
     description:
       - The role's rules, each a mapping with C(var) (a name or a list) and one of - C(kind) (port,
-        abs_path, data_dir, data_file, ifname, ip, host, cidr, str, int, number, mhz, hex40, digest, image,
-        hf_repo, version) with optional C(min), C(max), C(pattern); C(min)/C(max) alone (a whole-number range);
-        C(that) (conditions) with C(msg); C(problems) or C(warnings) (an expression giving a list of
-        messages). Any rule may have C(when) and C(fix).
-      - Paths are absolute and written plainly (no C(.), C(..), C(//) or trailing C(/); the plain form is the
-        fix). C(data_dir) / C(data_file) are a role's own directory or file, which it makes and owns - never a
-        system directory (C(/), C(/etc), C(/usr), C(/var), C(/home), ...) nor inside a system tree (C(/etc),
-        C(/usr), C(/boot), C(/proc), C(/sys), C(/dev), C(/run), C(/var/lib/dpkg), ...), except inside the trees
-        the rule's C(allow) names (e.g. C(/etc/sysctl.d) for a sysctl drop-in).
+        abs_path, data_dir, data_file, ifname, ip, host, cidr, str, int, number, mhz, hex40, digest,
+        image, hf_repo, version) with optional C(min), C(max), C(pattern); C(min)/C(max) alone (a
+        whole-number range); C(that) (conditions) with C(msg); C(problems) or C(warnings) (an expression
+        giving a list of messages). Any rule may have C(when) and C(fix).
+      - Paths are absolute and written plainly (no C(.), C(..), C(//) or trailing C(/); the plain form is
+        the fix). C(data_dir) / C(data_file) are a role's own directory or file, which it makes and owns -
+        never a system directory (C(/), C(/etc), C(/usr), C(/var), C(/home), ...) nor inside a system tree
+        (C(/etc), C(/usr), C(/boot), C(/proc), C(/sys), C(/dev), C(/run), C(/var/lib/dpkg), ...), except
+        inside the trees the rule's C(allow) names (e.g. C(/etc/sysctl.d) for a sysctl drop-in).
       - A rule about a variable whose value is written as a template of a variable already refused is
         skipped too (the variable the admin wrote is named, not the one computed from it).
       - Not templated up front - each rule is evaluated, and its message rendered, only when it applies.
