@@ -1,0 +1,175 @@
+"""What a run costs on the controller, each a ratio of two measurements taken side by side in one run.
+
+1. Reading a host's cached facts, as the VariableManager does once per task and node: ansible-core's
+   jsonfile cache (wrapped in its interposer, which decodes the stored JSON on every read) vs
+   sparkfleet.cluster.facts (plugins/cache/facts.py), over the same facts (this machine's own, gathered
+   with ansible.cfg's gather_subset, copied to three host names). No lab needed.
+2. With a converged lab named by SPARKFLEET_LAB (TP2 or TP3): plain ansible-playbook, no-op runs of
+   playbooks/status.yml and site.yml with each fact cache (each filled first by an untimed site.yml run),
+   then with the facts cache and each strategy (Ansible's linear, and
+   sparkfleet's mitogen strategy); and `sparkfleet status` against plain ansible-playbook with the same
+   settings (what the wrapper adds). Without a lab, 2 is reported as not run.
+SPARKFLEET_BENCH_REPEAT (default 1) repeats each lab measurement and keeps the fastest.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SUBSET = "!all,!min,distribution,kernel,hardware,network,virtual"  # ansible.cfg's
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **extra}
+
+
+def _preflight_facts(plugin: str, where: Path, tmp: Path) -> None:
+    """The facts a real run caches: playbooks/preflight.yml over the sample TP3 inventory of the unit tests
+    (loopback hosts, a closed SSH port), with `plugin` as the fact cache. Layer 1 records every role's
+    verdict as facts of each node (values Ansible tags with their origin and trust, as in every run);
+    layer 2 then finds the nodes unreachable, which is expected here."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import test_preflight_bad_inventories as table
+
+    inventory = table.write_inventory(tmp / plugin / "inventory", table.good("tp3"))
+    subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks/preflight.yml")],
+        env=_env(ANSIBLE_LOCAL_TEMP=str(tmp / "tmp"), ANSIBLE_CACHE_PLUGIN=plugin,
+                 ANSIBLE_CACHE_PLUGIN_CONNECTION=str(where)),
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    if not any(where.glob("*spark1")):
+        raise RuntimeError(f"{plugin}: preflight cached no facts in {where}")
+
+
+READER = r"""
+import sys, time
+from ansible.plugins.loader import init_plugin_loader, cache_loader
+init_plugin_loader([sys.argv[2]])
+cache = cache_loader.get(sys.argv[1])
+reads = int(sys.argv[3])
+start = time.perf_counter()
+for _ in range(reads):
+    for host in ("spark1", "spark2", "spark3"):
+        assert "sparkfleet_validation_values" in cache.get(host)
+print(time.perf_counter() - start)
+"""
+
+
+def bench_fact_reads(tmp: Path) -> list[dict]:
+    reads = 100  # a 100-task playbook on 3 nodes: the VariableManager reads facts once per task and node
+    took = {}
+    size = 0
+    for plugin in ("ansible.builtin.jsonfile", "sparkfleet.cluster.facts"):
+        where = tmp / plugin / "facts"
+        _preflight_facts(plugin, where, tmp)
+        size = max(size, *(f.stat().st_size for f in where.iterdir()))
+        out = subprocess.run(
+            [sys.executable, "-c", READER, plugin, str(ROOT / ".collections"), str(reads)],
+            env=_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(where)), capture_output=True, text=True, check=True,
+            cwd=ROOT,
+        )  # fmt: skip
+        took[plugin] = float(out.stdout.strip())
+    return [
+        {
+            "name": f"fact cache: {reads} reads of 3 nodes' facts",
+            "baseline": took["ansible.builtin.jsonfile"],
+            "candidate": took["sparkfleet.cluster.facts"],
+            "unit": "s",
+            "ratio": took["ansible.builtin.jsonfile"] / took["sparkfleet.cluster.facts"],
+            "how": f"the facts preflight caches for a TP3 inventory (largest file {size >> 10} KiB): "
+            "ansible.builtin.jsonfile (interposer) vs sparkfleet.cluster.facts",
+        }
+    ]
+
+
+def _timed(argv: list[str], env: dict[str, str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+        took = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+            )
+        best = min(best, took)
+    return best
+
+
+def bench_lab_runs(tmp: Path) -> list[dict]:
+    name = os.environ.get("SPARKFLEET_LAB")
+    if not name:
+        return []
+    sys.path.insert(0, str(ROOT / "lab"))
+    from sparkfleet_lab.core import Lab
+
+    lab = Lab(name=name)
+    if not lab.state:
+        return []
+    repeat = int(os.environ.get("SPARKFLEET_BENCH_REPEAT", "1"))
+    invs = [str(p) for p in lab.inventories]
+    inv_args = [a for i in invs for a in ("-i", i)]
+    play = [str(BIN / "ansible-playbook"), *inv_args]
+    caches = {"jsonfile": tmp / "jsonfile", "facts": tmp / "facts"}
+
+    def env(cache: str, strategy: str) -> dict[str, str]:
+        plugin = "ansible.builtin.jsonfile" if cache == "jsonfile" else "sparkfleet.cluster.facts"
+        return _env(
+            ANSIBLE_CACHE_PLUGIN=plugin,
+            ANSIBLE_CACHE_PLUGIN_CONNECTION=str(caches[cache]),
+            ANSIBLE_STRATEGY=strategy,
+        )
+
+    # each cache filled by a real run first (untimed): the same facts a converged cluster's re-run reads
+    for cache in caches:
+        _timed([*play, "site.yml"], env(cache, "linear"), 1)
+    rows = []
+    for book in ("playbooks/status.yml", "site.yml"):
+        a = _timed([*play, book], env("jsonfile", "linear"), repeat)
+        b = _timed([*play, book], env("facts", "linear"), repeat)
+        rows.append({
+            "name": f"{lab.topology} no-op {Path(book).name}: fact cache",
+            "baseline": a, "candidate": b, "unit": "s", "ratio": a / b,
+            "how": "ansible-playbook, linear strategy: ansible.builtin.jsonfile vs sparkfleet.cluster.facts",
+        })  # fmt: skip
+        m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
+        rows.append({
+            "name": f"{lab.topology} no-op {Path(book).name}: strategy",
+            "baseline": m, "candidate": b, "unit": "s", "ratio": m / b,
+            "how": "ansible-playbook, facts cache: mitogen (strategy sparkfleet) vs Ansible's linear",
+        })  # fmt: skip
+    # the wrapper: `sparkfleet status` vs the same playbook through plain ansible-playbook, same settings
+    wrapped = _timed(
+        [str(BIN / "sparkfleet"), "status", *inv_args],
+        {**env("facts", "linear"), "SPARKFLEET_STRATEGY": "linear"},
+        repeat,
+    )
+    plain = _timed(
+        [*play, "-e", '{"sparkfleet_cli_tables":true}', "playbooks/status.yml"],
+        env("facts", "linear"),
+        repeat,
+    )
+    rows.append({
+        "name": f"{lab.topology} status: sparkfleet over ansible-playbook",
+        "baseline": wrapped, "candidate": plain, "unit": "s", "ratio": wrapped / plain,
+        "how": f"sparkfleet status vs ansible-playbook playbooks/status.yml (linear, facts cache); "
+        f"the wrapper adds {wrapped - plain:.2f} s",
+    })  # fmt: skip
+    return rows
+
+
+def run() -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-bench-runs-") as tmp:
+        rows = bench_fact_reads(Path(tmp))
+        lab_rows = bench_lab_runs(Path(tmp))
+        if not lab_rows:
+            print("   run benchmarks not run: they need a converged lab named by SPARKFLEET_LAB", flush=True)
+    return rows + lab_rows
