@@ -15,7 +15,8 @@ short_description: mitogen's linear strategy when mitogen is installed, else Ans
 description:
   - The same tasks in the same order as C(ansible.builtin.linear). With the pinned C(mitogen) package
     installed (requirements/lock.txt), mitogen keeps one Python interpreter per node for the whole run
-    instead of starting one per task; a no-op re-run of site.yml is 1.7-2x as fast in the lab.
+    instead of starting one per task. An opt-in, not ansible.cfg's strategy; with the collection's fact
+    cache a no-op re-run of site.yml in the TP3 lab took 85 s with it against 64 s with linear.
   - Without mitogen it runs Ansible's linear strategy and says so in a warning. To run without mitogen on
     purpose, C(SPARKFLEET_STRATEGY=linear) (sparkfleet) or C(ANSIBLE_STRATEGY=linear) (ansible-playbook).
   - >-
@@ -24,8 +25,9 @@ description:
     imports (C(ansible_collections.<ns>.<name>.plugins.module_utils)), so an async task (the weights
     download, copy and rank files) has them before it detaches from the controller, where an import
     would wait forever.
-  - Set it in ansible.cfg (C(strategy = sparkfleet) with C(strategy_plugins) pointing at the checkout's
-    plugins/strategy) or by its FQCN C(sparkfleet.cluster.sparkfleet).
+  - Choose it with C(SPARKFLEET_STRATEGY=mitogen) (sparkfleet), C(ANSIBLE_STRATEGY=sparkfleet) with
+    C(strategy_plugins) pointing at the checkout's plugins/strategy, or by its FQCN
+    C(sparkfleet.cluster.sparkfleet).
 author: sparkfleet developers
 version_added: 2.0.0
 """

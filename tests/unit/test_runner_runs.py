@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import json
 from pathlib import Path
@@ -265,13 +266,17 @@ def test_prune_never_removes_newer_runs(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == names[2:]
 
 
-def test_the_default_strategy_is_mitogen_when_installed() -> None:
+def test_the_default_strategy_is_linear_and_mitogen_an_opt_in() -> None:
     spec = importlib.util.spec_from_file_location("strategy_plugin", REPO / "plugins/strategy/sparkfleet.py")
     strategy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(strategy)
 
     assert strategy.StrategyModule.__module__ == "ansible_mitogen.plugins.strategy.mitogen_linear"
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    assert cfg.get("defaults", "strategy") == "linear"
     assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"} and strategy_env("") == {}
+    assert strategy_env("mitogen") == {"ANSIBLE_STRATEGY": "sparkfleet"}
 
 
 @pytest.mark.parametrize("strategy", ["mitogen", "linear"])

@@ -179,9 +179,10 @@ STRATEGIES = ("linear", "mitogen")
 
 
 def strategy_env(name: str) -> dict[str, str]:
-    """SPARKFLEET_STRATEGY: unset = ansible.cfg's `sparkfleet` strategy (mitogen when installed, else
-    linear); `mitogen` = the same, but refuse to run without mitogen; `linear` = ansible's own, one
-    Python per task and node (README, "Speed")."""
+    """SPARKFLEET_STRATEGY: unset = ansible.cfg's strategy (Ansible's linear); `linear` = the same, said
+    explicitly; `mitogen` = plugins/strategy/sparkfleet.py, mitogen's linear strategy, refused without
+    the mitogen package (an opt-in: measured slower than linear on the no-op and on status; README,
+    "Speed")."""
     if name == "":
         return {}
     if name == "linear":
