@@ -528,7 +528,7 @@ def test_bad_inventory_is_refused_by_layer_1_naming_only_its_rule(tmp_path, case
 def test_good_inventories_pass_layer_1_in_process(tmp_path):
     for topology in ("tp2", "tp3"):
         inv = write_inventory(tmp_path / topology / "inventory", good(topology))
-        assert layer1.verdict(inv) == {"problems": [], "warnings": []}, topology
+        assert layer1.verdict(inv)["problems"] == [], topology  # warnings (the table's engine commit) allowed
 
 
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
