@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from sparkfleet.ansible_inprocess import init_ansible
 from sparkfleet.runner import RunnerError
 from sparkfleet.runner.project import resolve
 
@@ -42,8 +42,7 @@ def load_plan(
     vault_password: str | None = None,
 ) -> dict[str, Any]:
     """The cluster plan of `inventories` (layered in order, like repeated -i)."""
-    # ansible reads its configuration once, at import: the project's own.
-    os.environ["ANSIBLE_CONFIG"] = str(project / "ansible.cfg")
+    init_ansible(project)  # the project's ansible.cfg, and the loaders its fact cache plugin needs
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkfleet.ansible_inprocess import init_ansible
 from sparkfleet.runner.result import RunnerError
 
 DEFAULT_STATE_DIR = "/var/lib/sparkfleet"
@@ -135,8 +136,7 @@ def head_connection(
 ) -> HeadConnection | None:
     """The head of the cluster in `inventories` (resolved paths, layered in order); None when
     the inventories have no `head` group at all (not a sparkfleet cluster: nothing to lock)."""
-    # ansible reads its configuration once, at import: the project's own (as plan.py does).
-    os.environ["ANSIBLE_CONFIG"] = str(project / "ansible.cfg")
+    init_ansible(project)  # the project's ansible.cfg and Ansible's loaders (as plan.py does)
     from ansible import constants as C
 
     vault = (vault_ids, vault_password_files, vault_password, dict(vault_id_passwords or {}))
