@@ -72,7 +72,6 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 
 
@@ -119,7 +118,7 @@ def plan_dirs(dirs: list[dict]) -> list[dict]:
         else:
             if not os.path.isdir(path):
                 raise ValueError(f"{path} exists and is not a directory")
-            if boolean(entry.get("if_missing", False), strict=False):
+            if str(entry.get("if_missing", False)).lower() in ("true", "yes", "on", "1"):
                 continue  # someone else's (or made by an earlier run): its owner and mode stay as they are
             if st.st_mode & 0o7777 == mode and uid in (-1, st.st_uid) and gid in (-1, st.st_gid):
                 continue

@@ -533,7 +533,9 @@ def test_good_inventories_pass_layer_1_in_process(tmp_path):
 
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
     """The double connection raises on any use: a validate action that reached for a node would fail."""
-    conn = layer1.NoConnection()
+    from ansible.playbook.play_context import PlayContext
+
+    conn = layer1.NoConnection(PlayContext())
     with pytest.raises(AssertionError, match="touched a node"):
         conn.exec_command("true")
 
