@@ -44,6 +44,13 @@ options:
     description: "The engine profile's log lines (regular expressions): loading, serving (rank 0), following
       (a worker), fatal (a list), progress. Empty: the log is not read."
   rank: {type: int, default: 0, description: "This node's rank (rank 0 serves, the others follow it)."}
+  binds:
+    type: list
+    elements: dict
+    default: []
+    description: "Listeners the engine will open on this node, each C({name, host, port}) (C(name): the
+      variable that sets it): each is tried with a bind, closed at once, and C(binds) says which would fail
+      and why. A port in use is fine while sparkfleet's container runs (it is likely its own)."
   wait_for_start:
     type: float
     default: 0
@@ -65,6 +72,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+binds:
+  description: I(binds), each with C(problem) (why its bind would fail here, or null).
+  type: list
+  elements: dict
+  returned: always
 docker: {description: docker CLI found and the daemon answering, type: bool, returned: always}
 docker_daemon:
   description: >-
@@ -116,6 +128,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.binds import bind_problem
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import GPU_KEY, read_cap
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs import (
     Patterns,
@@ -345,6 +358,7 @@ def main() -> None:
             "log_rules": {"type": "dict", "default": {}},
             "rank": {"type": "int", "default": 0},
             "wait_for_start": {"type": "float", "default": 0},
+            "binds": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -400,6 +414,11 @@ def main() -> None:
     out["weights_partial"] = partial_copy(out["weights_paths"]["dir"])
     out["memlock_hard"] = memlock_limit(dockerd_proc("limits"))
     out["capabilities"] = bounding_caps(dockerd_proc("status"))
+    running = bool(out["container"].get("running"))
+    out["binds"] = [
+        {**b, "problem": bind_problem(str(b.get("host")), int(b.get("port", 0)), ours_listening=running)}
+        for b in p["binds"]
+    ]
     out["clock"] = {
         "configured_mhz": read_cap(p["clock_state_file"], GPU_KEY),
         "applied_mhz": read_cap(p["clock_applied_file"], GPU_KEY),

@@ -25,3 +25,33 @@ def test_each_rank_runs_under_systemd_as_a_labelled_container(node, name, rank):
 def test_the_api_answers_real_requests(play):
     result = play("playbooks/verify.yml")
     assert result.ok, result.failures
+
+
+def started_at(node, name: str) -> str:
+    with node(name).sudo():
+        info = json.loads(node(name).check_output("docker inspect sparkfleet-engine"))[0]
+    return info["State"]["StartedAt"]
+
+
+def test_an_address_rank_0_does_not_have_is_refused_before_anything_changes(node, play):
+    """issue 21: a setting that would only fail when the engine starts (an API address the head does not
+    have) is refused by rank 0's bind check before the unit is written or a rank stopped: the running
+    ranks keep running (StartedAt unchanged) and the API still answers."""
+    before = {h: started_at(node, h) for h in ("spark1", "spark2")}
+    bad = play(
+        "playbooks/start.yml",
+        extravars={"engine_service_host": "192.0.2.77", "engine_service_api_key_required": True},
+    )
+    assert not bad.ok
+    msgs = " ".join(f.msg for f in bad.failures)
+    assert "engine_service_host=192.0.2.77" in msgs, msgs
+    assert "192.0.2.77 is not an address of this node" in msgs and "a running engine keeps running" in msgs
+    check = (
+        "The API can listen where the settings say, before anything changes (a running engine keeps running)"
+    )
+    assert bad.failures and all(f.task.endswith(check) for f in bad.failures), [
+        (f.host, f.task) for f in bad.failures
+    ]
+    assert {h: started_at(node, h) for h in ("spark1", "spark2")} == before
+    again = play("playbooks/verify.yml")
+    assert again.ok, again.failures
