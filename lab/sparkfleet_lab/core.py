@@ -475,7 +475,7 @@ class Lab:
             # as a real Spark powers back on. `lab down` removes it whatever the policy.
             "--restart",
             "unless-stopped",
-            # systemd and a nested Docker engine without --privileged (DESIGN.md "The lab")
+            # systemd and a nested Docker engine without --privileged (docs/design.md "The lab")
             "--cap-add",
             "SYS_ADMIN",
             "--cap-add",

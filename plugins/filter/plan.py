@@ -171,7 +171,7 @@ def _cabling_problems(
         return [
             f"cluster_plan_cabling={cabling!r}: expected a list of cables "
             "[{a: {node: N, port: P}, b: {node: M, port: Q}}]; remove the override to use the "
-            "defaults of SPEC.md"
+            'default cabling of the topology (docs/recipes.md "Cabling and addressing")'
         ]
     problems: list[str] = []
     used: dict[tuple[int, int], int] = {}

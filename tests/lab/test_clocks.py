@@ -166,8 +166,8 @@ def test_set_rerun_show_and_reset_leave_the_engine_running(lab, play):
         first = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
         assert first.exit_code == 0, first.failures
         assert all(s.changed > 0 for s in first.hosts.values())
-        for host in lab.hosts:
-            assert 2060 <= int(smi(lab, host, "clocks.sm")) < 2100  # SPEC: 2100 lands at ~2080
+        for host in lab.hosts:  # docs/recipes.md "Clocks": 2100 lands at ~2080
+            assert 2060 <= int(smi(lab, host, "clocks.sm")) < 2100
         again = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 2100})
         assert {h: s.changed for h, s in again.hosts.items()} == dict.fromkeys(lab.hosts, 0)
         dry = play("playbooks/clocks.yml", extravars={"gpu_clocks_cap_mhz": 0}, check=True, diff=True)

@@ -28,7 +28,8 @@ def test_tp3_plan_is_nvidias_ring(tp3: dict) -> None:
     assert text[0] == "TP3 cluster: 3 Sparks, head spark1 (rank 0); MASTER_ADDR CHANGE-ME (management)"
     assert text[2].split() == ["NODE", "SPARK", "RANK", "ROLE", "MANAGEMENT"]
     assert text[3].split() == ["spark1", "1", "0", "head", "CHANGE-ME"]
-    # SPEC: N1.P0-N2.P1, N2.P0-N3.P1, N3.P0-N1.P1; one /24 per rail per cable, host part = node number
+    # docs/recipes.md "Cabling and addressing": N1.P0-N2.P1, N2.P0-N3.P1, N3.P0-N1.P1; one /24 per rail per
+    # cable, host part = node number
     cables = [line for line in text if line.startswith("cable ")]
     assert cables == [
         "cable n1p0-n2p1: spark1 port 0 <-> spark2 port 1 (QSFP)",

@@ -221,7 +221,7 @@ def test_change_cap_and_reset_to_stock(node):
     node.gpu(2300)
     changed = node.gpu(2100)
     assert changed["changed"] and changed["commands"] == ["nvidia-smi -lgc 0,2100"]
-    assert 2060 <= node.sm() < 2100  # SPEC: 2100 lands at ~2080
+    assert 2060 <= node.sm() < 2100  # docs/recipes.md "Clocks": 2100 lands at ~2080
     reset = node.gpu(0)
     assert reset["changed"] and reset["commands"] == ["nvidia-smi -rgc"]
     assert node.sm() == LOAD and reset["pinned"] is None

@@ -69,6 +69,8 @@ def test_artifact_holds_the_collection_and_nothing_local(artifact):
         assert f"roles/{role.name}/meta/argument_specs.yml" in names
     assert {"MANIFEST.json", "FILES.json", "meta/runtime.yml", "README.md", "site.yml"} <= set(names)
     assert {f"playbooks/{p.name}" for p in (ROOT / "playbooks").glob("*.yml")} <= set(names)
+    # what the roles' messages and READMEs cite (docs/recipes.md, style.md, design.md) travels with them
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} <= set(names)
 
 
 PLAYBOOK = """\

@@ -300,7 +300,8 @@ def test_probe_wants_ok_true_and_the_model(fork066):
 
 # ---- the ranks' own log lines --------------------------------------------------------------------
 
-# The real lines (real-engine-facts.md 3.4: sfxnz receipts, bootB rank0-full.log / startup.txt).
+# The real lines (the sfxnz recipe @ f8ab7587 :
+# evidence/s2-run-sh-ec28f35/bootB/rank0-full.log, bootB/gate/startup.txt).
 REAL_RANK0 = """\
 [tensorfold] loading deepseek-ai/DeepSeek-V4.1-Flash: DeepSeek-V4.1-Flash (deepseek_v41) on CUDA, rank 0 of 2
 NCCL WARN Spectrum-X (SPCX) NCCL plugin is not supported on device:rocep1s0f1, skipping ..

@@ -657,6 +657,7 @@ def test_oom_score_without_cap_sys_resource_is_reported_not_claimed(tmp_path):
 def test_earlyoom_arguments_are_the_spec():
     defaults = yaml.safe_load((EARLYOOM / "defaults/main.yml").read_text())
     avoid = "(^|/)(" + "|".join(defaults["earlyoom_avoid_names"]) + ")$"
-    assert avoid == "(^|/)(sshd|systemd|dockerd|containerd|containerd-shim.*)$"  # SPEC, verbatim
+    # docs/recipes.md "earlyoom", verbatim
+    assert avoid == "(^|/)(sshd|systemd|dockerd|containerd|containerd-shim.*)$"
     assert (defaults["earlyoom_mem_term_percent"], defaults["earlyoom_mem_kill_percent"]) == (4, 2)
     assert (defaults["earlyoom_swap_term_percent"], defaults["earlyoom_report_interval_s"]) == (100, 60)

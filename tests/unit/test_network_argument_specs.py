@@ -1,5 +1,6 @@
-"""Role argument specs match the defaults (STYLE.md item 5) for cluster_plan, network_links,
-ssh_trust and preflight: every default has a spec entry with the same default, and back."""
+"""Role argument specs match the defaults (docs/style.md "Argument specs that match the defaults") for
+cluster_plan, network_links, ssh_trust and preflight: every default has a spec entry with the same default,
+and back."""
 
 from __future__ import annotations
 

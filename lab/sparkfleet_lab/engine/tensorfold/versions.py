@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 # DeepSeek's encoder budgets for the effort names (sfxnz/TensorFold docs/recipes/deepseek-v4.1-flash.md):
 # low, high and max are 50, 75 and 100; medium is heard as high and xhigh as max.
 DSV41_EFFORTS = {"low": 50, "medium": 75, "high": 75, "xhigh": 100, "max": 100}
-# The TP3 recipe card's table (seeds/004): minimal 25, low 50, medium 62, high 75, xhigh 88, max 100.
+# The TP3 recipe card's table (docs/recipes.md "The TP3 recipe"):
+# minimal 25, low 50, medium 62, high 75, xhigh 88, max 100.
 TP3_CARD_EFFORTS = {"minimal": 25, "low": 50, "medium": 62, "high": 75, "xhigh": 88, "max": 100}
 
 
@@ -67,7 +68,7 @@ V066 = Version(
 TP3 = Version(
     key="tp3-recipe",
     version="0.6.6+tp3recipe",
-    checked_against="not public: ChimeraWerks 'TensorFold dsv41 30a9647' (TP3 recipe card, seeds/004)",
+    checked_against="not public: ChimeraWerks 'TensorFold dsv41 30a9647' (TP3 recipe card, docs/recipes.md)",
     tp_choices=(1, 2, 3),
     rank_choices=(0, 1, 2),
     api_keys=True,
