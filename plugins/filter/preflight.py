@@ -154,15 +154,13 @@ def _group_problems(groups: Mapping[str, list[str]]) -> list[str]:
     cluster = list(groups.get("cluster", []))
     head = list(groups.get("head", []))
     workers = list(groups.get("workers", []))
-    if len(head) != 1:
+    both = sorted(set(head) & set(workers))
+    if len([h for h in head if h not in both]) != 1:  # a worker also listed under head is named below
         problems.append(
             f"group head={head}: expected exactly one host (rank 0: it downloads, builds and serves the "
             "API); keep one host under cluster > head in hosts.yml"
         )
-    problems += [
-        f"{h} is in both head and workers: a Spark is either the head or a worker"
-        for h in sorted(set(head) & set(workers))
-    ]
+    problems += [f"{h} is in both head and workers: a Spark is either the head or a worker" for h in both]
     problems += [
         f"{h} is in cluster but neither in head nor in workers: put it in one of them"
         for h in cluster

@@ -125,6 +125,12 @@ def stray_host(inv: dict) -> None:
     inv["hosts"]["all"]["children"]["cluster"]["hosts"] = {"spark3": groups["workers"]["hosts"].pop("spark3")}
 
 
+def worker_also_in_head(inv: dict) -> None:
+    """spark2 listed under head as well as under workers (a copy-paste slip in hosts.yml)."""
+    groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
+    groups["head"]["hosts"]["spark2"] = dict(groups["workers"]["hosts"]["spark2"])
+
+
 def two_heads(inv: dict) -> None:
     groups = inv["hosts"]["all"]["children"]["cluster"]["children"]
     groups["head"]["hosts"].update(groups["workers"]["hosts"])
@@ -152,6 +158,8 @@ CASES = [
      "sparkfleet_topology='tp2' needs exactly 2"),
     ("two-heads", "tp2", two_heads, "group head=['spark1', 'spark2']: expected exactly one host"),
     ("no-head", "tp2", move_head_to_workers, "group head=[]: expected exactly one host"),
+    ("host-in-head-and-workers", "tp2", worker_also_in_head,
+     "spark2 is in both head and workers: a Spark is either the head or a worker"),
     ("host-outside-head-and-workers", "tp3", stray_host,
      "spark3 is in cluster but neither in head nor in workers"),
     ("duplicate-node", "tp2", set_host("spark2", sparkfleet_node=1),
@@ -320,6 +328,21 @@ CASES = [
      "engine_service_port=29571 equals engine_service_master_port=29571: the API and the rendezvous"),
     ("api-off-loopback-without-key", "tp2", set_var("other", engine_service_host="0.0.0.0"),  # noqa: S104 - an inventory value, not a bind
      "engine_service_host=0.0.0.0 exposes the API beyond loopback without a key: set engine_service_api_"),
+    ("bind-host-with-a-port", "tp2", set_var("other", engine_service_host="127.0.0.1:8000"),
+     "engine_service_host='127.0.0.1:8000': expected an IP address or a host name; the address the API"),
+    ("bind-host-not-an-address", "tp2", set_var("other", engine_service_host="my server"),
+     "engine_service_host='my server': expected an IP address or a host name"),
+    ("model-name-with-a-space", "tp2", set_var("other", engine_service_served_model_name="deep seek"),
+     "engine_service_served_model_name='deep seek': expected a string matching"),
+    ("port-not-a-number", "tp2", set_var("other", engine_service_port="eighty"),
+     "engine_service_port='eighty': expected a whole number"),
+    ("context-not-whole", "tp2", set_var("other", engine_service_context=1.5),
+     "engine_service_context=1.5: expected a whole number"),
+    ("cable-to-a-node-that-does-not-exist", "tp3", set_var("other", cluster_plan_cabling=[
+        {"a": {"node": 1, "port": 0}, "b": {"node": 2, "port": 1}},
+        {"a": {"node": 2, "port": 0}, "b": {"node": 3, "port": 1}},
+        {"a": {"node": 3, "port": 0}, "b": {"node": 4, "port": 1}}]),
+     "cluster_plan_cabling[2].b.node=4: no host has that sparkfleet_node"),
     ("gpus-maybe", "tp2", set_var("other", engine_service_gpus="maybe"),
      "engine_service_gpus='maybe': expected one of auto, True, False"),
     ("model-name-differs-on-one-node", "tp2", host_var("spark2", engine_service_served_model_name="other"),
