@@ -46,13 +46,15 @@ class ActionModule(RebootAction):
         self._started = time.monotonic()
         return super().run(tmp, task_vars)
 
-    def _progress(self, note: str) -> None:
+    def _progress(self, note: str, *, last: bool = False) -> None:
+        """One report of the wait; `last`: the step's final word (`finished`: always shown, never
+        throttled away by a display that prints at most a line every few seconds per host)."""
         waited = time.monotonic() - self._started
         report(
             self._task,
             {
                 "started": 1,
-                "finished": 0,
+                "finished": 1 if last else 0,
                 PROGRESS_KEY: f"reboot: {note} ({_duration(waited)})",
                 PROGRESS_DATA_KEY: {"label": "reboot", "elapsed_s": round(waited, 1)},
             },
@@ -61,7 +63,7 @@ class ActionModule(RebootAction):
     def perform_reboot(self, task_vars, distribution):
         result = super().perform_reboot(task_vars, distribution)
         if not result.get("failed"):
-            self._progress("reboot command sent")
+            self._progress("reboot command sent", last=True)
         return result
 
     def do_until_success_or_timeout(
@@ -82,4 +84,4 @@ class ActionModule(RebootAction):
                 raise
 
         super().do_until_success_or_timeout(watched, reboot_timeout, action_desc, distribution, action_kwargs)
-        self._progress(f"{step}: done after {attempts} tr{'y' if attempts == 1 else 'ies'}")
+        self._progress(f"{step}: done after {attempts} tr{'y' if attempts == 1 else 'ies'}", last=True)

@@ -328,3 +328,25 @@ def test_shorten_keeps_the_end() -> None:
     assert short[0] == "… (18 earlier lines)"
     assert short[1:3] == ["line 19", "line 20"]
     assert len(short[3]) == 50 and short[3].endswith("…")
+
+
+def test_a_steps_last_word_is_shown_however_soon_it_follows() -> None:
+    """sparkfleet.cluster.reboot marks each step's final report `finished` (plugins/action/reboot.py): the
+    throttle that keeps a host to a line every few seconds never drops it. An unmarked report that soon
+    is dropped (what hid 'done after 1 try' when a reboot came back within a second of the last try)."""
+
+    def poll(note: str, finished: int) -> dict:
+        res = {"started": 1, "finished": finished, "sparkfleet_progress": note}
+        return {"event": "runner_on_async_poll", "event_data": {"host": "spark1", "res": res}}
+
+    for finished, shown in ((1, True), (0, False)):
+        out = io.StringIO()
+        clock = FakeClock()
+        progress = Progress(out, tty=False, clock=clock)
+        progress({"event": "playbook_on_task_start", "event_data": {"name": "Reboot", "uuid": "t1"}})
+        progress(poll("reboot: waiting for the new boot, try 1 (timeout 600 s): refused (3s)", 0))
+        clock.now += 0.5
+        progress(poll("reboot: waiting for the new boot: done after 1 try (4s)", finished))
+        lines = out.getvalue().splitlines()
+        assert any("try 1 (timeout 600 s)" in line for line in lines), lines
+        assert any("done after 1 try" in line for line in lines) is shown, lines
