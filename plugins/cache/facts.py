@@ -4,8 +4,9 @@ held in memory as plain dictionaries while a run lasts.
 Why not `ansible.builtin.jsonfile`: ansible-core 2.19 wraps every persistent cache plugin in an
 interposer that keeps each host's facts as an encoded JSON string and decodes it again, with its
 tag-aware decoder, on every read; the VariableManager reads a host's facts once per task. With the
-~80 KB of facts a Spark gathers (interfaces, mounts, devices), that decode was 0.1 s of the controller's
-single thread per task per node: most of what a no-op run cost (measured: bench/bench_runs.py).
+facts a run caches (tagged values: the validate action's verdict, gathered facts), that decode took about
+28 ms of the controller's single thread per task and node on an idle machine, about a third of a no-op TP3
+run (measured: bench/bench_runs.py; README, "Speed").
 This plugin says it is not persistent (`_persistent = False`, the flag ansible-core's base class
 documents for plugins that bypass the JSON serialization wrapper), so the loader does not wrap it;
 it persists all the same: the file layer of ansible-core's own BaseFileCacheModule (expiry by
