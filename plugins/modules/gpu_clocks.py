@@ -407,6 +407,12 @@ def latched_warnings(gpus: list[dict], latched_below: int) -> list[str]:
     ]
 
 
+def warn_all(module: AnsibleModule, gpus: list[dict], latched_below: int, shown: dict | None) -> None:
+    """The run's warnings: each latched GPU, and a cap that did not take."""
+    for warning in latched_warnings(gpus, latched_below) + not_taken_warning(shown):
+        module.warn(warning)
+
+
 def _cap_line(configured: int | None, applied: int | None) -> str:
     if configured is None:
         if applied in (None, 0):
@@ -542,11 +548,8 @@ def query(module: AnsibleModule, p: dict, result: dict) -> None:
         gpus = Smi(module, p["nvidia_smi"]).gpus(latched_below)
     except ClockError as err:
         gpu_error = str(err)
-    for warning in latched_warnings(gpus, latched_below):
-        module.warn(warning)
     shown = verify if verify and verify["cap"] == applied else None
-    for warning in not_taken_warning(shown):
-        module.warn(warning)
+    warn_all(module, gpus, latched_below, shown)
     module.exit_json(
         cap_mhz=configured,
         gpus=gpus,
@@ -620,11 +623,8 @@ def main() -> None:
             module.fail_json(msg=str(err), **result)
         result["applied"] = cap
     result["verify"] = verify
-    for warning in latched_warnings(gpus, latched_below):
-        module.warn(warning)
     shown = verify if verify and verify["cap"] == cap and verify["min"] == low else None
-    for warning in not_taken_warning(shown):
-        module.warn(warning)
+    warn_all(module, gpus, latched_below, shown)
     module.exit_json(
         cap_mhz=cap,
         gpus=gpus,
