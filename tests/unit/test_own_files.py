@@ -3,28 +3,14 @@ the API key's and the credentials file's directories, the credentials file, the 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from test_engine_modules import run_module  # a module file run as Ansible runs it
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_module(name: str, args: dict, check_mode: bool = False) -> dict:
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "plugins/modules" / f"{name}.py")],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    return json.loads(proc.stdout)
 
 
 def me() -> dict:
