@@ -21,9 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import lab_from_env
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SUBSET = "!all,!min,distribution,kernel,hardware,network,virtual"  # ansible.cfg's
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -105,14 +106,8 @@ def _timed(argv: list[str], env: dict[str, str], repeat: int) -> float:
 
 
 def bench_lab_runs(tmp: Path) -> list[dict]:
-    name = os.environ.get("SPARKFLEET_LAB")
-    if not name:
-        return []
-    sys.path.insert(0, str(ROOT / "lab"))
-    from sparkfleet_lab.core import Lab
-
-    lab = Lab(name=name)
-    if not lab.state:
+    lab = lab_from_env()
+    if lab is None:
         return []
     repeat = int(os.environ.get("SPARKFLEET_BENCH_REPEAT", "1"))
     invs = [str(p) for p in lab.inventories]
@@ -131,21 +126,27 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
     # each cache filled by a real run first (untimed): the same facts a converged cluster's re-run reads
     for cache in caches:
         _timed([*play, "site.yml"], env(cache, "linear"), 1)
+
+    def row(what: str, baseline: float, candidate: float, how: str) -> dict:
+        return {"name": f"{lab.topology} {what}", "baseline": baseline, "candidate": candidate, "unit": "s",
+                "ratio": baseline / candidate, "how": how}  # fmt: skip
+
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
         b = _timed([*play, book], env("facts", "linear"), repeat)
-        rows.append({
-            "name": f"{lab.topology} no-op {Path(book).name}: fact cache",
-            "baseline": a, "candidate": b, "unit": "s", "ratio": a / b,
-            "how": "ansible-playbook, linear strategy: ansible.builtin.jsonfile vs sparkfleet.cluster.facts",
-        })  # fmt: skip
         m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
-        rows.append({
-            "name": f"{lab.topology} no-op {Path(book).name}: strategy",
-            "baseline": m, "candidate": b, "unit": "s", "ratio": m / b,
-            "how": "ansible-playbook, facts cache: mitogen (strategy sparkfleet) vs Ansible's linear",
-        })  # fmt: skip
+        name = Path(book).name
+        rows.append(
+            row(
+                f"no-op {name}: fact cache",
+                a,
+                b,
+                "ansible-playbook, linear strategy: ansible.builtin.jsonfile vs sparkfleet.cluster.facts",
+            )
+        )
+        strategies = "ansible-playbook, facts cache: mitogen (strategy sparkfleet) vs Ansible's linear"
+        rows.append(row(f"no-op {name}: strategy", m, b, strategies))
     # the wrapper: `sparkfleet status` vs the same playbook through plain ansible-playbook, same settings
     wrapped = _timed(
         [str(BIN / "sparkfleet"), "status", *inv_args],
@@ -157,12 +158,9 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         env("facts", "linear"),
         repeat,
     )
-    rows.append({
-        "name": f"{lab.topology} status: sparkfleet over ansible-playbook",
-        "baseline": wrapped, "candidate": plain, "unit": "s", "ratio": wrapped / plain,
-        "how": f"sparkfleet status vs ansible-playbook playbooks/status.yml (linear, facts cache); "
-        f"the wrapper adds {wrapped - plain:.2f} s",
-    })  # fmt: skip
+    rows.append(row("status: sparkfleet over ansible-playbook", wrapped, plain,
+                    "sparkfleet status vs ansible-playbook playbooks/status.yml (linear, facts cache); "
+                    f"the wrapper adds {wrapped - plain:.2f} s"))  # fmt: skip
     return rows
 
 

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import lab_from_env
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
@@ -156,14 +158,8 @@ UTILS_DIR = "/var/tmp/sparkfleet-bench/ansible_collections/sparkfleet/cluster/pl
 
 
 def bench_distribute(total_mb: int) -> list[dict]:
-    name = os.environ.get("SPARKFLEET_LAB")
-    if not name:
-        return []
-    sys.path.insert(0, str(ROOT / "lab"))
-    from sparkfleet_lab.core import Lab
-
-    lab = Lab(name=name)
-    if lab.topology != "tp3" or not lab.state:
+    lab = lab_from_env("tp3")
+    if lab is None:
         return []
     # fabric addresses: the head's rails toward each worker (the same as sparkfleet_plan's)
     head, *workers = lab.hosts
@@ -243,7 +239,7 @@ def bench_distribute(total_mb: int) -> list[dict]:
             "candidate": res["elapsed"],
             "unit": "s",
             "ratio": raw / res["elapsed"],
-            "how": f"lab {name}: {total / 1e6:.0f} MB to {len(workers)} workers; plain TCP on one fabric "
+            "how": f"lab {lab.name}: {total / 1e6:.0f} MB to {len(workers)} workers; plain TCP on one fabric "
             f"address per worker at once vs model_weights_distribute ({params['transport']}, 1 stream per "
             "fabric address, "
             f"{sum(len(a) for a in addrs.values())} streams); ratio 1.0 = link speed",
