@@ -80,6 +80,11 @@ def show(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def names_any(template: str, names: set[str]) -> bool:
+    """`template` (a value written as a template) names one of `names`, as a whole word."""
+    return any(re.search(rf"\b{re.escape(n)}\b", template) for n in names)
+
+
 def placeholders(name: str, value: Any) -> list[str]:
     """Dotted paths inside `value` that still hold the sample inventory's placeholder."""
     if isinstance(value, str):
@@ -157,7 +162,7 @@ class ActionModule(ActionBase):
         raw = (getattr(self, "raw_values", None) or {}).get(re.split(r"[.\[]", name, maxsplit=1)[0])
         if not isinstance(raw, str) or "{{" not in raw:
             return False
-        return any(re.search(rf"\b{re.escape(b)}\b", raw) for b in bad if b != name)
+        return names_any(raw, bad - {name})
 
     @staticmethod
     def _derived(name: str, task_vars: dict, defaults: dict) -> bool:
@@ -191,7 +196,7 @@ class ActionModule(ActionBase):
                 # variable reports a bad value; rules about this one are skipped when it is bad
                 if placeholders(name, value) or (value is not None and type_problem(name, value, spec)):
                     bad.add(name)
-                elif any(re.search(rf"\b{re.escape(b)}\b", str(defaults[name])) for b in self.carried_bad):
+                elif names_any(str(defaults[name]), self.carried_bad):
                     bad.add(name)  # computed from a variable an earlier role refused: its value means nothing
                 continue
             # nested values and values that only matter sometimes (a rule with `when`): their rules say
