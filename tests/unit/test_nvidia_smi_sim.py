@@ -48,9 +48,15 @@ def smi():
             "SPARKFLEET_NVIDIA_SIM_PROC": str(proc or no_procs),
         }
         kwargs = {}
-        python = sys.executable
+        python, sim = sys.executable, SIM
         if user is not None:
             python = UNPRIVILEGED_PYTHON
+            # the checkout may sit in a directory only root can enter (a clone under mktemp -d): the user
+            # runs a copy of the same file from the test's own 0755 directory (the simulator is one file)
+            sim = top / SIM.name
+            if not sim.exists():
+                shutil.copy2(SIM, sim)
+                sim.chmod(0o755)
             pw = pwd.getpwnam(user)
 
             def drop() -> None:
@@ -59,7 +65,7 @@ def smi():
 
             kwargs["preexec_fn"] = drop
         proc = subprocess.run(
-            [python, str(SIM), *args], env=env, capture_output=True, text=True, check=False, **kwargs
+            [python, str(sim), *args], env=env, capture_output=True, text=True, check=False, **kwargs
         )
         if check and proc.returncode != 0:
             raise AssertionError(
