@@ -14,7 +14,6 @@ touch a node. Facts live in a memory cache of this VariableManager (never the us
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from ansible.playbook.play_context import PlayContext
 from ansible.plugins.connection.local import Connection as LocalConnection
 from ansible.plugins.loader import action_loader, init_plugin_loader
 from ansible.template import Templar
+from ansible.utils.collection_loader import AnsibleCollectionConfig
 from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
 
@@ -44,14 +44,11 @@ class NoConnection(LocalConnection):
 
 
 def _load_plugins() -> None:
-    """Ansible's collection loader, as ansible-playbook installs it. Collection modules another test of
-    this process imported as plain packages (tests/conftest.py puts .collections on sys.path) are
-    forgotten first: the loader reads the collection's metadata only when it imports the package itself.
-    Tests that imported them keep their own references."""
+    """Ansible's collection loader, as ansible-playbook installs it (tests/conftest.py installs it first;
+    then this changes nothing)."""
     if not _STATE["loaded"]:
-        for name in [m for m in sys.modules if m.split(".")[0] == "ansible_collections"]:
-            del sys.modules[name]
-        init_plugin_loader([str(ROOT / ".collections"), *C.COLLECTIONS_PATHS])
+        if AnsibleCollectionConfig.collection_finder is None:
+            init_plugin_loader([str(ROOT / ".collections"), *C.COLLECTIONS_PATHS])
         _STATE["loaded"] = True
 
 
