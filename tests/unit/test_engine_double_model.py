@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from fractions import Fraction
-from pathlib import Path
 
 import jsonschema
 import pytest
-from sparkfleet_lab.engine.local import LocalCluster, make_snapshot
+from sparkfleet_lab.engine.local import make_snapshot
 from sparkfleet_lab.engine.tensorfold import model, weights
-
-PY313 = Path("/root/.pyenv/versions/3.13.0/bin/python3.13")
-
 
 WEATHER = {
     "type": "function",
@@ -152,13 +146,3 @@ def test_auto_tool_choice_calls_a_tool_its_user_names():
     assert not model.generate(msgs, thinking=False, effort=75, tools=[tool], tool_choice="none").tool_calls
     other = [{"role": "user", "content": "Hello"}]
     assert not model.generate(other, thinking=False, effort=75, tools=[tool], tool_choice=None).tool_calls
-
-
-@pytest.mark.skipif(not PY313.exists(), reason="no Python 3.13 here (the lab image's Python)")
-def test_runs_on_python_313(tmp_path):
-    snap = make_snapshot(tmp_path / "snap")
-    with LocalCluster(2, [snap] * 2, tmp_path / "run", python=str(PY313)).start() as cluster:
-        body = json.dumps({"messages": [{"role": "user", "content": "17*19"}]}).encode()
-        req = urllib.request.Request(cluster.url + "/v1/chat/completions", data=body)  # noqa: S310 - loopback
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
-            assert "323" in json.loads(resp.read())["choices"][0]["message"]["content"]
