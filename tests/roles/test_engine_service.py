@@ -55,3 +55,21 @@ def test_an_address_rank_0_does_not_have_is_refused_before_anything_changes(node
     assert {h: started_at(node, h) for h in ("spark1", "spark2")} == before
     again = play("playbooks/verify.yml")
     assert again.ok, again.failures
+
+
+def test_a_value_only_the_engines_parser_refuses_changes_nothing(node, play):
+    """issue 21: an extra argument whose value the engine's own parser refuses (argparse exits 2, the rank
+    would die at once) is found by that parser in the image, before the unit is written or a rank stopped:
+    the running ranks keep running (StartedAt unchanged), the units are as they were, the API answers."""
+    unit = "cat /etc/systemd/system/sparkfleet-engine.service"
+    before = {h: (started_at(node, h), node(h).check_output(unit)) for h in ("spark1", "spark2")}
+    bad = play("playbooks/start.yml", extravars={"engine_service_extra_args": ["--kv-dtype", "fp3"]})
+    assert not bad.ok
+    msgs = " ".join(f.msg for f in bad.failures)
+    assert "the engine's own parser refuses rank" in msgs and "a running engine keeps running" in msgs, msgs
+    # argparse's own words, from the parser in the image
+    assert "argument --kv-dtype: invalid choice: 'fp3'" in msgs, msgs
+    assert {f.host for f in bad.failures} == {"spark1", "spark2"}
+    assert {h: (started_at(node, h), node(h).check_output(unit)) for h in ("spark1", "spark2")} == before
+    again = play("playbooks/verify.yml")
+    assert again.ok, again.failures

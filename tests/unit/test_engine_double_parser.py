@@ -100,7 +100,7 @@ ACTIONS = {
 
 
 def table(version: str) -> list[tuple]:
-    serve = cli_args.serve_parser(cli_args.build_parser(version))
+    serve = cli_args.serve_parser(cli_args.parser_of(version))
     out = []
     for a in serve._actions:
         if isinstance(a, argparse._HelpAction):
@@ -129,7 +129,7 @@ def test_versions_differ_where_the_real_ones_do():
 
 
 def test_subcommands_and_version_flag():
-    parser = cli_args.build_parser("0.6.4")
+    parser = cli_args.parser_of("0.6.4")
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"serve", "pull", "models", "update", "info", "plan"}
     with pytest.raises(SystemExit) as exc:
@@ -147,7 +147,7 @@ def test_subcommands_and_version_flag():
     ],
 )
 def test_parsing_as_the_real_parser_parses(argv, dest, value):
-    assert getattr(cli_args.build_parser("0.6.6").parse_args(argv), dest) == value
+    assert getattr(cli_args.parser_of("0.6.6").parse_args(argv), dest) == value
 
 
 @pytest.fixture(scope="module")

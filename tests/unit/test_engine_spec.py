@@ -223,7 +223,7 @@ def test_the_064_engine_gets_no_key_flag_and_takes_no_key(rendered):
     head, _profile = rendered[("tp2", "dsv41-fork-0.6.4")]["spark1"]
     assert "--api-key-file" not in head["command"]
     with pytest.raises(SystemExit):  # the 0.6.4 parser has no --api-key-file: argparse exits 2
-        cli_args.build_parser("0.6.4").parse_args([*head["command"][1:], "--api-key-file", "/k"])
+        cli_args.parser_of("0.6.4").parse_args([*head["command"][1:], "--api-key-file", "/k"])
 
 
 # ---- the filter without Ansible -------------------------------------------------------------------

@@ -62,7 +62,7 @@ HANDLERS = {
 
 
 def build_parser():
-    return cli_args.build_parser(ENGINE, HANDLERS)
+    return cli_args.build_parser(HANDLERS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,7 +123,16 @@ def _serve(commands, v: versions.Version) -> argparse.ArgumentParser:  # noqa: P
     return serve
 
 
-def build_parser(version: str, handlers: dict[str, Handler] | None = None) -> argparse.ArgumentParser:
+def build_parser(handlers: dict[str, Handler]) -> argparse.ArgumentParser:
+    """The `tensorfold` parser of this build's engine version, each subcommand bound to `handlers[name]`: the
+    real function's name and signature (src/tensorfold/cli_args.py), which sparkfleet's engine_args module
+    calls in the image to parse a rank's new command line before anything is stopped."""
+    from ._build import ENGINE
+
+    return parser_of(ENGINE, handlers)
+
+
+def parser_of(version: str, handlers: dict[str, Handler] | None = None) -> argparse.ArgumentParser:
     """The `tensorfold` parser of engine `version` (versions.VERSIONS), subcommands bound to `handlers`."""
     v = versions.get(version)
     handlers = handlers or {}
@@ -161,7 +170,7 @@ def build_parser(version: str, handlers: dict[str, Handler] | None = None) -> ar
 
 
 def serve_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The `serve` subparser of a parser build_parser made."""
+    """The `serve` subparser of a parser parser_of made."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return action.choices["serve"]

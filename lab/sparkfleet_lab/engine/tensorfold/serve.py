@@ -115,7 +115,7 @@ def precheck(argv: list[str], version: str, config: dict | None = None):
     from . import cli_args
 
     v = versions.get(version)
-    args = cli_args.build_parser(version).parse_args(argv)
+    args = cli_args.parser_of(version).parse_args(argv)
     if args.command != "serve":
         raise ValueError(f"{args.command}: not a serve command line")
     config = config or {
