@@ -12,7 +12,13 @@ description:
     Reads OS release, kernel and page size, NVIDIA driver, board firmware (BIOS from DMI; SoC, EC and PD from
     C(fwupdmgr get-devices --json)), ConnectX-7 firmware (C(fw_ver) of the RDMA devices), memory saver, THP,
     swap, kernel command line, live sysctls and the clock caps sparkfleet configured, and checks each against
-    I(expect). Every check has a status (C(ok), C(off), C(n/a)) and, when off, how to fix it.
+    I(expect). Every check has a status (C(ok), C(off), C(n/a), C(warn)) and, when not ok, how to fix it.
+  - >-
+    C(NVIDIA driver family) is ok in I(expect.driver_family) (580), a warning with the reason on 590.x (it
+    runs, and deadlocks in CUDA-graph capture on GB10), off in any other family. C(next kernel) reads the
+    kernel the next boot runs (a C(grub-reboot) entry, else GRUB_DEFAULT, resolved in grub.cfg; else the
+    newest /boot/vmlinuz-*) and is off when /lib/modules/<that kernel> has no nvidia.ko: a reboot into it
+    loses the GPU (playbooks/reboot.yml refuses it). It is n/a where /boot has no kernel (a container).
   - >-
     C(readiness) groups the checks a TP3 cluster needs before the engine may start (I(expect.ready_checks):
     page size, memory saver, firmware, kernel pair), one entry per item, ready or not, with what is missing.
@@ -34,9 +40,9 @@ options:
   expect:
     description: >-
       Expected values: os (dict distro id -> minimum version), kernel_min, page_size, driver_min,
-      firmware_min (dict bios, soc, ec, pd, connectx7 -> minimum version), memory_saver (bool: required),
-      memory_saver_pairs and kernel_pairs (lists of {kernel, driver}), thp, swap_min_mib, swapfile,
-      sysctl (dict), gpu_cap_mhz (0 = stock: never capped is ok), cpu_cap_mhz, cmdline_add (list),
+      driver_family, firmware_min (dict bios, soc, ec, pd, connectx7 -> minimum version), memory_saver
+      (bool: required), memory_saver_pairs and kernel_pairs (lists of {kernel, driver}), thp, swap_min_mib,
+      swapfile, sysctl (dict), gpu_cap_mhz (0 = stock: never capped is ok), cpu_cap_mhz, cmdline_add (list),
       cmdline_remove (list),
       kernel_release (the 64K kernel, or null), ready_checks (list).
     type: dict
@@ -91,7 +97,11 @@ facts:
   type: dict
   returned: always
 checks:
-  description: "Per check: check, value, expected, status (ok, off, n/a), fix."
+  description: "Per check: check, value, expected, status (ok, off, n/a, warn), fix."
+  type: list
+  returned: always
+warned:
+  description: The checks that warn (they run, with a known problem; also Ansible warnings).
   type: list
   returned: always
 "off":
@@ -130,7 +140,7 @@ import re
 from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils import clock_state
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import boot, clock_state
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
 
 # Checks that describe the kernel or the hardware: in a container that is the host's, not the node's.
@@ -176,6 +186,11 @@ READY_ITEMS = {  # readiness item -> the checks it needs
     "kernel pair": ("kernel pair",),
 }
 HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
+# Driver families that run but are known bad on a GB10: a warning with the reason, not a refusal.
+DRIVER_FAMILY_WARN = {
+    "590": "590.x deadlocks in CUDA-graph capture on GB10 (eugr/spark-vllm-docker README, 2026-03-12 entry): "
+    "stay on 580",
+}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -217,7 +232,8 @@ FACT_CHECKS = {
     "kernel": ("kernel", "kernel pair"),
     "page_size": ("page size",),
     "cmdline": ("kernel command line",),
-    "driver": ("NVIDIA driver", "kernel pair", "memory saver"),
+    "driver": ("NVIDIA driver", "NVIDIA driver family", "kernel pair", "memory saver"),
+    "next_kernel": ("next kernel",),
     "firmware": tuple(name for name, _where, _fix in FIRMWARE.values() if name != "ConnectX-7 firmware"),
     "cx7_firmware": ("ConnectX-7 firmware",),
     "memory_saver": ("memory saver",),
@@ -236,6 +252,13 @@ def _read(unreadable: dict[str, str], fact: str, read: Callable[[], object], def
     except Exception as err:  # any failure of one reader leaves the report standing
         unreadable[fact] = f"{type(err).__name__}: {err}"
         return default
+
+
+def next_kernel(root: str) -> dict:
+    """The kernel the next boot runs (module_utils/boot.py) and the NVIDIA modules it has."""
+    found = boot.next_kernel(root)
+    found["nvidia_modules"] = boot.nvidia_modules(found["release"], root) if found["release"] else []
+    return found
 
 
 def collect(module: AnsibleModule, p: dict) -> dict:
@@ -268,6 +291,7 @@ def collect(module: AnsibleModule, p: dict) -> dict:
         "cmdline": _read(bad, "cmdline", node.cmdline, []),
         "driver": driver["version"],
         "driver_missing": driver["missing"],
+        "next_kernel": _read(bad, "next_kernel", lambda: next_kernel(p["root"]), None),
         "firmware": {"bios": _read(bad, "firmware", node.bios_version, None), **board["versions"]},
         "firmware_error": board["error"],
         "cx7_firmware": _read(bad, "cx7_firmware", lambda: node.cx7_firmware(p["sysfs_root"]), {}),
@@ -378,6 +402,21 @@ def c_driver(f: dict, expect: dict) -> list[dict]:
                 "install the NVIDIA 580 driver of DGX OS (sudo apt full-upgrade), then `sparkfleet reboot`",
             )
         )
+    family = str(expect.get("driver_family") or "")
+    if family:
+        major = f["driver"].split(".")[0] if f["driver"] else None
+        found = f"{f['driver']} (the {major} family)" if f["driver"] else "not found"
+        c = check(
+            "NVIDIA driver family",
+            found,
+            f"the {family} family",
+            major == family,
+            f"install the NVIDIA {family} driver of DGX OS (nvidia-driver-{family}-open and the "
+            f"linux-modules-nvidia-{family}-open package of the kernel), then `sparkfleet reboot`",
+        )
+        if major in DRIVER_FAMILY_WARN and major != family:
+            c.update(status="warn", fix=f"{DRIVER_FAMILY_WARN[major]}; {c['fix']}")
+        out.append(c)
     pairs = expect.get("kernel_pairs") or []
     if pairs:
         out.append(
@@ -391,6 +430,33 @@ def c_driver(f: dict, expect: dict) -> list[dict]:
             )
         )
     return out
+
+
+def c_next_kernel(f: dict, expect: dict) -> list[dict]:
+    """The kernel the next boot runs has an NVIDIA module (a reboot into one without it loses the GPU)."""
+    nk = f.get("next_kernel")
+    if not nk:
+        return []  # not readable: checks() reports why
+    if nk["release"] is None:
+        c = check("next kernel", f"none installed ({nk['how']})", "an NVIDIA module", False, "")
+        c.update(status="n/a", fix="no kernel in /boot to boot (a container boots none)")
+        return [c]
+    modules = nk["nvidia_modules"]
+    value = f"{nk['release']} ({nk['how']}): " + (
+        ", ".join(modules) if modules else f"no nvidia.ko under /lib/modules/{nk['release']}"
+    )
+    return [
+        check(
+            "next kernel",
+            value,
+            "an nvidia.ko for the kernel the next boot runs",
+            bool(modules),
+            f"install the NVIDIA modules built for {nk['release']} (linux-modules-nvidia-"
+            f"{expect.get('driver_family') or '580'}-open-{nk['release']}, the version of its kernel "
+            "package) before any reboot, or make GRUB boot a kernel that has them; booting it leaves the "
+            "node without a GPU",
+        )
+    ]
 
 
 def c_firmware(f: dict, expect: dict) -> list[dict]:
@@ -532,6 +598,7 @@ CHECKS: tuple[Callable[[dict, dict], list[dict]], ...] = (
     c_os,
     c_kernel,
     c_driver,
+    c_next_kernel,
     c_firmware,
     c_memory_saver,
     c_memory,
@@ -661,11 +728,15 @@ def main() -> None:
         for c in results
     ]
     ready = readiness(results, p["expect"])
+    for c in results:
+        if c["status"] == "warn":
+            module.warn(f"{c['check']}: {c['value']}: {c['fix']}")
     module.exit_json(
         changed=False,
         facts=facts,
         checks=results,
         off=[c for c in results if c["status"] == "off"],
+        warned=[c for c in results if c["status"] == "warn"],
         readiness=ready,
         not_ready=[f"{r['item']}: {m}" for r in ready for m in r["missing"]],
         readiness_report=[

@@ -59,8 +59,8 @@ memory:
   type: dict
   returned: always
 settings:
-  description: Kernel settings to compare across nodes (kernel, page_size, transparent_hugepage,
-    vm.min_free_kbytes, vm.swappiness, vm.watermark_boost_factor, gpu_clock_cap).
+  description: Kernel settings to compare across nodes (kernel, nvidia_driver, page_size,
+    transparent_hugepage, vm.min_free_kbytes, vm.swappiness, vm.watermark_boost_factor, gpu_clock_cap).
   type: dict
   returned: always
 docker:
@@ -86,10 +86,13 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import Nod
 VM_SETTINGS = ("min_free_kbytes", "swappiness", "watermark_boost_factor")
 
 
-def settings(node: NodeProbe, gpu_clock_state_file: str) -> dict[str, str]:
+def settings(
+    node: NodeProbe, gpu_clock_state_file: str, module=None, nvidia_smi: str = "nvidia-smi"
+) -> dict[str, str]:
     """What must be identical on every node, as text ("unknown" where the node cannot tell)."""
     out = {
         "kernel": node.kernel_release(),
+        "nvidia_driver": (node.driver(module, nvidia_smi)["version"] if module else None) or "unknown",
         "page_size": str(node.page_size()),
         "transparent_hugepage": node.thp() or "unknown",
     }
@@ -126,7 +129,7 @@ def main() -> None:
             "weights_bytes": tree_bytes(p["weights_path"]),
         },
         memory=node.meminfo(),
-        settings=settings(node, p["gpu_clock_state_file"]),
+        settings=settings(node, p["gpu_clock_state_file"], module, p["nvidia_smi"]),
         docker=node.docker(module, p["docker"], p["engine_container"]),
         gpu=node.gpus(module, p["nvidia_smi"]),
         listening=node.listening(p["ports"]),

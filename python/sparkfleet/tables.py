@@ -63,11 +63,11 @@ def engine_status_table(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-STATUS_MARK = {"ok": "ok", "off": "OFF", "n/a": "n/a"}
+STATUS_MARK = {"ok": "ok", "off": "OFF", "n/a": "n/a", "warn": "WARN"}
 
 
 def host_status_table(data: dict[str, Any]) -> str:
-    """One row per check, one column per node (ok, OFF, n/a); then what is off and how to fix it."""
+    """One row per check, one column per node (ok, OFF, n/a, WARN); then what is off or warns, and the fix."""
     hosts = data.get("host_status")
     if not isinstance(hosts, dict) or not hosts:
         return ""
@@ -85,6 +85,8 @@ def host_status_table(data: dict[str, Any]) -> str:
         for c in by_host[name].values():
             if c.get("status") == "off":
                 lines.append(f"! {name}: {c['check']}: {c['value']} (expected {c['expected']}; {c['fix']})")
+            elif c.get("status") == "warn":
+                lines.append(f"! {name}: warning: {c['check']}: {c['value']} ({c['fix']})")
         reasons = hosts[name].get("reboot_reasons") or []
         if reasons:
             lines.append(f"! {name}: reboot needed: {'; '.join(reasons)}")

@@ -23,6 +23,8 @@ Switches (files in /run/nvidia-sim, like the state):
                 AC power cycle); idle it looks idle;
   `ignore-lock` `-lgc` answers success but does not pin the clock (GB10 accepts and records it);
   `idle-mhz`    the idle clock in MHz (default 345: what a real GB10 idles at is not recorded);
+  `driver-version` the driver this node runs, e.g. 580.126.09 or 590.44.01 (default 580.159.04): a node on
+                another driver than its peers;
   `replay`      the path of a recordings directory: every query is answered with the recorded output,
                 verbatim, and anything not recorded is refused (README.md: replay).
 
@@ -46,7 +48,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DRIVER_VERSION = "580.159.04"
-NVML_VERSION = "580.159"
 CUDA_VERSION = "13.0"
 PRODUCT = "NVIDIA GB10"
 BUS_ID = "0000000F:01:00.0"
@@ -135,6 +136,23 @@ def locked_state(write: bool):
         state = GpuState.load(path)
         yield state
         state.save(path)
+
+
+DRIVER_VERSION_FORM = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")  # 580.159.04, 580.142, 590.44.01
+
+
+def driver_version() -> str:
+    """The `driver-version` switch's version (a node on another driver), else DRIVER_VERSION."""
+    try:
+        text = (state_dir() / "driver-version").read_text().strip()
+    except OSError:
+        return DRIVER_VERSION
+    return text if DRIVER_VERSION_FORM.match(text) else DRIVER_VERSION
+
+
+def nvml_version() -> str:
+    """NVML's version is the driver's first two parts (580.159.04 -> 580.159, as the recording prints)."""
+    return ".".join(driver_version().split(".")[:2])
 
 
 def latched() -> bool:
@@ -357,7 +375,7 @@ def _build_fields() -> dict[str, Field]:
             f[name] = Field(header, unit, value)
 
     add("timestamp", "timestamp", None, lambda s: time.strftime("%Y/%m/%d %H:%M:%S.000"))
-    add("driver_version", "driver_version", None, lambda s: DRIVER_VERSION)
+    add("driver_version", "driver_version", None, lambda s: driver_version())
     add("count", "count", None, lambda s: "1")
     add("name|gpu_name", "name", None, lambda s: PRODUCT)
     add("serial|gpu_serial", "serial", None, lambda s: s.serial)
@@ -547,7 +565,7 @@ def table() -> str:
         f"{_now()}       ",
         bar,
         wide(
-            f" NVIDIA-SMI {DRIVER_VERSION:<23}Driver Version: {DRIVER_VERSION:<15}"
+            f" NVIDIA-SMI {driver_version():<23}Driver Version: {driver_version():<15}"
             f"CUDA Version: {CUDA_VERSION:<9}"
         ),
         grid,
@@ -591,9 +609,9 @@ def list_gpus() -> str:
 
 def version() -> str:
     return (
-        f"NVIDIA-SMI version  : {DRIVER_VERSION}\n"
-        f"NVML version        : {NVML_VERSION}\n"
-        f"DRIVER version      : {DRIVER_VERSION}\n"
+        f"NVIDIA-SMI version  : {driver_version()}\n"
+        f"NVML version        : {nvml_version()}\n"
+        f"DRIVER version      : {driver_version()}\n"
         f"CUDA Version        : {CUDA_VERSION}\n"
     )
 
@@ -730,7 +748,7 @@ def _q_sections(s: Snapshot, samples: bool) -> list[tuple[str | None, list[str]]
                 _kv(1, "GPU Recovery Action", "None"),
             ],
         ),
-        ("GSP_FIRMWARE_VERSION", [_kv(1, "GSP Firmware Version", DRIVER_VERSION)]),
+        ("GSP_FIRMWARE_VERSION", [_kv(1, "GSP Firmware Version", driver_version())]),
         (
             None,
             [
@@ -808,7 +826,7 @@ def query_full(displays: list[str] | None) -> str:
         "==============NVSMI LOG==============",
         "",
         _kv(0, "Timestamp", _now()),
-        _kv(0, "Driver Version", DRIVER_VERSION),
+        _kv(0, "Driver Version", driver_version()),
         _kv(0, "CUDA Version", CUDA_VERSION),
         "",
         _kv(0, "Attached GPUs", "1"),
