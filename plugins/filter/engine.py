@@ -7,6 +7,8 @@
                      systemd_exec, env_file
   engine_status      (plugins/module_utils/engine_status.py)    the status table: status_rows, status_lines,
                      rank_problem, status_table, short_commit
+  engine_flags       (plugins/module_utils/engine_flags.py)     each engine version's serve flags, and each
+                     rank's command line parsed with them: command_line_problems
 
 A filter plugin file cannot import another one, so the code lives in module_utils, which filters, modules
 and tests import alike. Pure functions: unit-tested in tests/unit/test_engine_spec.py.
@@ -14,14 +16,14 @@ and tests import alike. Pure functions: unit-tested in tests/unit/test_engine_sp
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import engine_container
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_container import (
     SETTINGS_LABEL,
-    SpecError,
     engine_caches,
-    engine_spec,
     env_file,
     systemd_exec,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_flags import command_line_problems
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_profile import (
     cache_problems,
     extra_arg_problems,
@@ -38,8 +40,24 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_status i
     status_table,
 )
 
-# SpecError and the settings label are part of what tests import from this file
-__all__ = ["SETTINGS_LABEL", "FilterModule", "SpecError"]
+# the settings label is part of what tests import from this file
+__all__ = ["SETTINGS_LABEL", "FilterModule", "SpecError", "engine_spec"]
+
+try:  # inside Ansible, a clear "this setting is wrong" error instead of a traceback
+    from ansible.errors import AnsibleFilterError as _Base
+except ImportError:  # pragma: no cover - the filter is also importable without Ansible
+    _Base = ValueError
+
+
+class SpecError(_Base):
+    """engine_container.SpecError as a filter error (module_utils import only the standard library)."""
+
+
+def engine_spec(settings: dict) -> dict:
+    try:
+        return engine_container.engine_spec(settings)
+    except engine_container.SpecError as exc:
+        raise SpecError(str(exc)) from None
 
 
 class FilterModule:
@@ -50,6 +68,7 @@ class FilterModule:
             "engine_profile_serves": profile_serves,
             "engine_setting_problems": setting_problems,
             "engine_extra_arg_problems": extra_arg_problems,
+            "engine_command_line_problems": command_line_problems,
             "engine_cache_problems": cache_problems,
             "engine_rank_args": rank_args,
             "systemd_exec": systemd_exec,

@@ -32,14 +32,9 @@ FORBIDDEN_ENV = re.compile(
     r"^(HF_TOKEN|HUGGING_FACE_HUB_TOKEN|HF_HUB_TOKEN|.*API_KEY|.*SECRET.*|.*PASSWORD.*)$"
 )
 
-try:  # inside Ansible, a clear "this setting is wrong" error instead of a traceback
-    from ansible.errors import AnsibleFilterError as _Base
-except ImportError:  # pragma: no cover - the filter is also importable without Ansible
-    _Base = ValueError
 
-
-class SpecError(_Base):
-    pass
+class SpecError(ValueError):
+    """A setting the container cannot be built from (the filter engine_spec raises it as a filter error)."""
 
 
 def _require(settings: Mapping, *keys: str) -> None:
