@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from sparkfleet.collection import CONSTANTS
 
-NODE_COUNT = {"tp2": 2, "tp3": 3}
+NODE_COUNT = CONSTANTS.NODE_COUNT  # plugins/module_utils/cluster_constants.py
 
 
 @dataclass(frozen=True)

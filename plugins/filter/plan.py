@@ -21,7 +21,8 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-NODE_COUNT = {"tp2": 2, "tp3": 3}
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cluster_constants import NODE_COUNT
+
 PLACEHOLDER = "CHANGE-ME"
 TEMPLATE_FIELDS = {"lo", "hi", "rail", "a", "b", "cable"}
 

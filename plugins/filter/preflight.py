@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cluster_constants import NODE_COUNT
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import (
     DIGEST,
     GIT_URL,
@@ -26,9 +27,6 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds imp
     k_host,
 )
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import show as _show
-
-NODE_COUNT = {"tp2": 2, "tp3": 3}
-
 
 PINS_FILE = "group_vars/all/pins.yml"
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cluster_constants import STATE_DIR
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import read_text
 
 GPU_KEY = "GPU_CLOCK_CAP_MHZ"
 CPU_KEY = "CPU_CLOCK_CAP_MHZ"
-STATE_DIR = "/var/lib/sparkfleet"
 RUN_DIR = "/run/sparkfleet"
 
 HEADERS = {

@@ -73,6 +73,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import (
     CPU_KEY,
+    STATE_DIR,
     read_cap,
     state_diff,
     state_text,
@@ -162,7 +163,7 @@ def main() -> None:
             "cap_mhz": {"type": "int"},
             "state": {"type": "str", "choices": ["present", "query"], "default": "present"},
             "cpufreq_root": {"type": "path", "default": "/sys/devices/system/cpu/cpufreq"},
-            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/clocks/cpu.conf"},
+            "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/cpu.conf"},
         },
         required_if=[("state", "present", ["cap_mhz"])],
         supports_check_mode=True,

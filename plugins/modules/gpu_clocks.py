@@ -165,6 +165,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import (
     GPU_KEY,
+    STATE_DIR,
     read_cap,
     read_verify,
     state_diff,
@@ -569,7 +570,7 @@ def main() -> None:
             "min_mhz": {"type": "int", "default": 0},
             "state": {"type": "str", "choices": ["present", "query"], "default": "present"},
             "persistence_mode": {"type": "bool", "default": False},
-            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/clocks/gpu.conf"},
+            "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/gpu.conf"},
             "applied_file": {"type": "path", "default": "/run/sparkfleet/clocks/gpu.applied"},
             "verify_file": {"type": "path", "default": "/run/sparkfleet/clocks/gpu.verify"},
             "verify_samples": {"type": "int", "default": 5},

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.ansible_inprocess import init_ansible
+from sparkfleet.collection import CONSTANTS
 from sparkfleet.runner.result import RunnerError
 
-DEFAULT_STATE_DIR = "/var/lib/sparkfleet"
+DEFAULT_STATE_DIR = CONSTANTS.STATE_DIR
 HEAD_GROUP = "head"
 _SSH_CONNECTIONS = {
     "ssh",
