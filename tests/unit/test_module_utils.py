@@ -430,7 +430,7 @@ def test_strategy_finds_the_collection_module_utils_a_module_needs():
         return [name.rsplit(".", 1)[1] for name, _path, _pkg in found]
 
     assert names("weights_fetch") == ["fileio", "weights"]  # fileio through weights too
-    assert names("host_status") == ["clock_state", "cluster_constants", "fileio", "node"]
+    assert names("host_status") == ["boot", "clock_state", "cluster_constants", "fileio", "node"]
     assert names("sysctl") == []
 
 
