@@ -29,12 +29,18 @@ options:
   ssh: {type: str, default: ssh, description: ssh binary}
   transport:
     type: str
-    choices: [ssh, rsyncd]
+    choices: [ssh, rsyncd, tcp]
     default: ssh
-    description: >-
-      ssh = rsync over ssh; rsyncd = for this copy, an rsync daemon started through ssh on each
-      worker's fabric address (a one-time secret sent on stdin), without ssh's encryption cost
-  rsyncd_port: {type: int, default: 8730, description: first port of the per-address daemons}
+    description:
+      - ssh = rsync over ssh.
+      - rsyncd = for this copy, an rsync daemon started through ssh on each worker's fabric address
+        (a one-time secret sent on stdin), without ssh's encryption cost.
+      - tcp = for this copy, a small Python receiver started through ssh on each worker's fabric
+        address (a one-time secret sent on stdin); the head sends each file with sendfile(2) from
+        where the worker's part in C(.rsync-partial) ends, the worker renames the whole file into
+        place with the head's mtime. No checksums on the way (the role verifies every file after).
+  rsyncd_port: {type: int, default: 8730, description: first port of the per-address daemons or receivers}
+  python: {type: str, default: python3, description: the workers' Python 3 (transport tcp)}
   status_file: {type: path, description: progress file}
 author: sparkfleet developers
 """
@@ -75,10 +81,12 @@ streams:
 """
 
 import contextlib
+import dataclasses
 import os
 import re
 import secrets
 import shlex
+import socket
 import subprocess
 import tempfile
 import threading
@@ -170,6 +178,9 @@ class Stream:
         data = self.proc.stderr.read()
         self.stderr = data.decode(errors="replace")[-4000:]
 
+    def failure(self) -> str:
+        return f"rsync exit {self.rc}: {_last_line(self.stderr)}"
+
 
 # Run on a worker through ssh: an rsync daemon bound to one fabric address, for this copy only.
 # The secret comes on stdin (never on a command line); the daemon ends when the head closes stdin.
@@ -195,7 +206,10 @@ rm -rf "$d"
 
 
 class Daemon:
-    """An rsync daemon on a worker's fabric address, reached without ssh's encryption cost."""
+    """An rsync daemon on a worker's fabric address, reached without ssh's encryption cost.
+
+    Made in two steps so that the ssh sessions of every address start at once: the constructor starts
+    ssh and sends the secret, `started()` waits for the script's word, `wait_ready()` for the port."""
 
     def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, rsync: str):
         self.host, self.address, self.port = host, address, port
@@ -209,14 +223,18 @@ class Daemon:
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(self.secret + "\n")
-        self.proc.stdin.flush()
+        assert self.proc.stdin
+        with contextlib.suppress(BrokenPipeError):  # ssh already gone: started() reports its error
+            self.proc.stdin.write(self.secret + "\n")
+            self.proc.stdin.flush()
+
+    def started(self) -> None:
+        assert self.proc.stdout
         line = self.proc.stdout.readline().strip()
         if line != "started":
             err = self.proc.stderr.read() if self.proc.stderr else ""
             raise WeightsError(
-                f"{host}: could not start an rsync daemon on {address}: {_last_line(err) or line}"
+                f"{self.host}: could not start an rsync daemon on {self.address}: {_last_line(err) or line}"
             )
 
     @property
@@ -224,21 +242,26 @@ class Daemon:
         host = f"[{self.address}]" if ":" in self.address else self.address
         return f"rsync://sparkfleet@{host}:{self.port}/sparkfleet/"
 
-    def wait_ready(self, rsync: str, timeout: float = 20) -> None:
+    def wait_ready(self, timeout: float = 20) -> None:
+        """Until the daemon greets on its port (`@RSYNCD: <protocol>`); a wrong secret or module shows
+        in the copy's own rsync error, with the worker and address."""
         deadline = time.monotonic() + timeout
-        env = dict(os.environ, RSYNC_PASSWORD=self.secret)
+        why = ""
         while True:
-            probe = subprocess.run(
-                [rsync, "--list-only", self.url], env=env, capture_output=True, text=True, check=False
-            )
-            if probe.returncode == 0:
-                return
+            try:
+                with socket.create_connection((self.address, self.port), timeout=5) as conn:
+                    conn.settimeout(5)
+                    greeting = conn.recv(64)
+                if greeting.startswith(b"@RSYNCD:"):
+                    return
+                why = f"it answered {greeting[:30]!r}, not an rsync greeting"
+            except OSError as exc:
+                why = str(exc)
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise WeightsError(
-                    f"{self.host}: the rsync daemon on {self.address}:{self.port} did not answer: "
-                    f"{_last_line(probe.stderr)}"
+                    f"{self.host}: the rsync daemon on {self.address}:{self.port} did not answer: {why}"
                 )
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def stop(self) -> None:
         try:
@@ -248,6 +271,193 @@ class Daemon:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
+
+
+# Run on a worker through ssh (transport tcp): a receiver bound to one fabric address, for this copy only.
+# Per connection: the one-time secret (it came on the receiver's stdin, never on a command line), then per
+# file "<size> <mtime_ns> <path>"; it answers SKIP (there, same size and mtime), FROM <n> (the bytes its part
+# in <dir>/.rsync-partial/ already has: the head sends the rest) or ERR <why>; after the bytes, OK once the
+# part is renamed to its final path with the head's mtime, or ERR. It ends when the head closes stdin.
+TCP_RECEIVER = r"""
+import hmac, os, socket, sys, threading
+address, port, dest = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+secret = sys.stdin.readline().strip().encode()
+srv = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    srv.bind((address, port)); srv.listen(64)
+except OSError as exc:
+    print(f"cannot listen on {address}:{port}: {exc}", flush=True); sys.exit(1)
+parts, lock = set(), threading.Lock()
+def where(rel):
+    bits = rel.split("/")
+    if rel.startswith("/") or any(b in ("", ".", "..") for b in bits):
+        raise ValueError(f"refused path {rel!r}")
+    final = os.path.join(dest, *bits)
+    pdir = os.path.join(os.path.dirname(final), ".rsync-partial")
+    return final, pdir, os.path.join(pdir, bits[-1])
+def drain(f, left):
+    while left:
+        b = f.read(min(left, 1 << 20))
+        if not b: return
+        left -= len(b)
+def serve(conn):
+    f = conn.makefile("rb")
+    if not hmac.compare_digest(f.readline().strip(), secret): return
+    while True:
+        line = f.readline()
+        if not line: return
+        size, mtime, rel = line.decode().rstrip("\n").split(" ", 2)
+        size, mtime = int(size), int(mtime)
+        try:
+            final, pdir, part = where(rel)
+            try:
+                st = os.stat(final)
+                if st.st_size == size and st.st_mtime_ns // 10**9 == mtime // 10**9:
+                    conn.sendall(b"SKIP\n"); continue
+            except FileNotFoundError:
+                pass
+            os.makedirs(pdir, exist_ok=True)
+            with lock: parts.add(pdir)
+            have = os.path.getsize(part) if os.path.exists(part) else 0
+            out = open(part, "r+b" if 0 < have <= size else "wb")
+        except (OSError, ValueError) as exc:
+            conn.sendall(f"ERR {exc}\n".encode()); return
+        have = have if 0 < have <= size else 0
+        out.seek(have); out.truncate()
+        conn.sendall(f"FROM {have}\n".encode())
+        left, err = size - have, None
+        with out:
+            while left:
+                b = f.read(min(left, 1 << 20))
+                if not b: return  # the head went away: the part stays for the next run
+                left -= len(b)
+                try:
+                    out.write(b)
+                except OSError as exc:
+                    err = f'write failed on "{final}": {exc.strerror} ({exc.errno})'
+                    drain(f, left); break
+        if err is None:
+            try:
+                os.utime(part, ns=(mtime, mtime)); os.replace(part, final)
+            except OSError as exc:
+                err = f"{final}: {exc}"
+        conn.sendall(f"ERR {err}\n".encode() if err else b"OK\n")
+        if err: return
+def accept():
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+print("started", flush=True)
+sys.stdin.read()
+for d in sorted(parts, reverse=True):
+    try: os.rmdir(d)
+    except OSError: pass
+"""
+
+
+class TcpReceiver(Daemon):
+    """Transport tcp: TCP_RECEIVER on a worker's fabric address, started through ssh like the rsync daemon."""
+
+    def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, python: str):
+        self.host, self.address, self.port = host, address, port
+        self.secret = secrets.token_hex(16)
+        who = f"{user}@{address}" if user else address
+        remote = shlex.join([python, "-c", TCP_RECEIVER, address, str(port), dest.rstrip("/")])
+        self.proc = subprocess.Popen(
+            [*shlex.split(ssh), who, remote],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.write(self.secret + "\n")
+            self.proc.stdin.flush()
+
+    def started(self) -> None:
+        assert self.proc.stdout
+        line = self.proc.stdout.readline().strip()
+        if line != "started":
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise WeightsError(
+                f"{self.host}: could not start a receiver on {self.address}: {line or _last_line(err)}"
+            )
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        """Ready once started() has read the receiver's word: it prints it after listen()."""
+
+
+class TcpStream:
+    """Transport tcp, head side: one connection, the files one after another by sendfile(2), each from
+    where the worker's part ends. The thread stands in for Stream's process (poll, wait, rc)."""
+
+    CHUNK = 64 << 20
+
+    def __init__(self, host: str, address: str, files: list[dict], *, src: str, receiver: TcpReceiver):
+        self.host, self.address, self.files = host, address, files
+        self.src, self.receiver = src, receiver
+        self.listfile = ""
+        self.bytes_done = 0
+        self.sent_files: list[str] = []
+        self.stderr = ""
+        self.rc: int | None = None
+        self.proc = self
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poll(self) -> int | None:
+        return None if self._thread.is_alive() else self.rc
+
+    def wait(self) -> int | None:
+        self._thread.join()
+        return self.rc
+
+    def failure(self) -> str:
+        return _last_line(self.stderr)
+
+    def _run(self) -> None:
+        try:
+            self._send()
+            self.rc = 0
+        except (OSError, ValueError, WeightsError) as exc:
+            self.stderr = str(exc)
+            self.rc = 1
+
+    def _send(self) -> None:
+        r = self.receiver
+        with socket.create_connection((r.address, r.port), timeout=300) as conn:
+            replies = conn.makefile("rb")
+            conn.sendall(r.secret.encode() + b"\n")
+            for f in self.files:
+                path = os.path.join(self.src, f["path"])
+                with open(path, "rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    conn.sendall(f"{st.st_size} {st.st_mtime_ns} {f['path']}\n".encode())
+                    answer = replies.readline().decode().strip()
+                    if answer == "SKIP":
+                        self.bytes_done += st.st_size
+                        continue
+                    if not answer.startswith("FROM "):
+                        raise WeightsError(
+                            answer.removeprefix("ERR ") or "the receiver closed the connection"
+                        )
+                    offset = int(answer.split()[1])
+                    self.bytes_done += offset
+                    while offset < st.st_size:
+                        sent = conn.sendfile(fh, offset, min(self.CHUNK, st.st_size - offset))
+                        if not sent:
+                            raise WeightsError(f"{f['path']} ended early on the head")
+                        offset += sent
+                        self.bytes_done += sent
+                answer = replies.readline().decode().strip()
+                if answer != "OK":
+                    raise WeightsError(answer.removeprefix("ERR ") or "the receiver closed the connection")
+                self.sent_files.append(f["path"])
 
 
 ENOSPC = re.compile(r'write failed on "([^"]+)": No space left on device')
@@ -296,67 +506,67 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912 - plan
             "msg": f"would copy {human(total)} to {', '.join(sorted(todo))}",
         }
     ssh = ssh_command(params.get("ssh_key"), params.get("ssh_options") or [], params.get("ssh") or "ssh")
-    rsync = params.get("rsync") or "rsync"
-    transport = params.get("transport") or "ssh"
-    streams: list[Stream] = []
+    streams: list = []
     daemons: dict[tuple[str, str], Daemon] = {}
     tmpdir = tempfile.mkdtemp(prefix="sparkfleet-distribute-")
     per_addr = max(1, params.get("streams_per_address") or 1)
-    port = int(params.get("rsyncd_port") or 8730)
     try:
         for t, files, addrs in plan:
             if not files:
                 continue
             for i, chunk in enumerate(split_streams(files, len(addrs) * per_addr)):
-                address = addrs[i % len(addrs)]
-                listfile = os.path.join(tmpdir, f"{t['host']}-{i}.list")
-                with open(listfile, "w") as fh:
-                    fh.write("".join(f["path"] + "\n" for f in chunk))
-                argv = [rsync, "-t", "--partial", "--partial-dir=.rsync-partial", f"--files-from={listfile}"]
-                argv += ["--info=progress2", "--no-inc-recursive", "--out-format=SF %i %n"]
-                if transport == "rsyncd":
-                    key = (t["host"], address)
-                    if key not in daemons:
-                        user = t.get("user", "")
-                        daemons[key] = Daemon(
-                            t["host"],
-                            user,
-                            address,
-                            port=port + len(daemons),
-                            dest=dest,
-                            ssh=ssh,
-                            rsync=rsync,
-                        )
-                    env = dict(os.environ, RSYNC_PASSWORD=daemons[key].secret)
-                    streams.append(
-                        Stream(
-                            t["host"],
-                            address,
-                            chunk,
-                            [*argv, src, daemons[key].url],
-                            listfile=listfile,
-                            env=env,
-                        )
-                    )
-                else:
-                    who = f"{t['user']}@{address}" if t.get("user") else address
-                    if ":" in address:
-                        who = f"{t['user']}@[{address}]" if t.get("user") else f"[{address}]"
-                    streams.append(
-                        Stream(
-                            t["host"],
-                            address,
-                            chunk,
-                            [*argv, "-e", ssh, src, f"{who}:{dest}"],
-                            listfile=listfile,
-                        )
-                    )
+                where = Where(t["host"], t.get("user") or "", addrs[i % len(addrs)], src, dest, ssh)
+                streams.append(
+                    _stream(params, where, chunk, os.path.join(tmpdir, f"{t['host']}-{i}.list"), daemons)
+                )
+        for d in daemons.values():  # every ssh session is already under way: this waits for the slowest
+            d.started()
         for d in daemons.values():
-            d.wait_ready(rsync)
+            d.wait_ready()
         return _copy(params, streams, total, todo, tmpdir)
     finally:
         for d in daemons.values():
             d.stop()
+
+
+@dataclasses.dataclass
+class Where:
+    """One stream's worker, user, fabric address, both ends' directories and the ssh command."""
+
+    host: str
+    user: str
+    address: str
+    src: str
+    dest: str
+    ssh: str
+
+
+def _stream(params: dict, w: Where, chunk: list[dict], listfile: str, daemons: dict):
+    """The stream of `chunk` to one fabric address in the chosen transport; a worker address's receiver (rsync
+    daemon or tcp receiver) is started once, on the next free port, and shared by that address's streams."""
+    transport = params.get("transport") or "ssh"
+    rsync = params.get("rsync") or "rsync"
+    key = (w.host, w.address)
+    port = int(params.get("rsyncd_port") or 8730) + len(daemons)
+    if transport == "tcp":
+        if key not in daemons:
+            python = params.get("python") or "python3"
+            daemons[key] = TcpReceiver(
+                w.host, w.user, w.address, port=port, dest=w.dest, ssh=w.ssh, python=python
+            )
+        return TcpStream(w.host, w.address, chunk, src=w.src, receiver=daemons[key])
+    with open(listfile, "w") as fh:
+        fh.write("".join(f["path"] + "\n" for f in chunk))
+    argv = [rsync, "-t", "--partial", "--partial-dir=.rsync-partial", f"--files-from={listfile}"]
+    argv += ["--info=progress2", "--no-inc-recursive", "--out-format=SF %i %n"]
+    if transport == "rsyncd":
+        if key not in daemons:
+            daemons[key] = Daemon(w.host, w.user, w.address, port=port, dest=w.dest, ssh=w.ssh, rsync=rsync)
+        env = dict(os.environ, RSYNC_PASSWORD=daemons[key].secret)
+        return Stream(w.host, w.address, chunk, [*argv, w.src, daemons[key].url], listfile=listfile, env=env)
+    host = f"[{w.address}]" if ":" in w.address else w.address
+    who = f"{w.user}@{host}" if w.user else host
+    return Stream(w.host, w.address, chunk, [*argv, "-e", w.ssh, w.src, f"{who}:{w.dest}"], listfile=listfile)
 
 
 def per_worker(streams: list, sizes: dict[str, int], samples: dict[str, list], now: float) -> dict:
@@ -430,9 +640,7 @@ def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> d
                 " a file cut off stays in .rsync-partial, never at its final path; the next run resumes it",
                 {"copied": copied, "disk_full": full},
             )
-        why = "; ".join(
-            f"{s.host} via {s.address}: rsync exit {s.rc}: {_last_line(s.stderr)}" for s in failed
-        )
+        why = "; ".join(f"{s.host} via {s.address}: {s.failure()}" for s in failed)
         raise WeightsError(
             f"copy to workers failed ({why}); finished files are kept and parts resume on the next run",
             {"copied": copied},
@@ -463,8 +671,9 @@ def main() -> None:
             "streams_per_address": {"type": "int", "default": 1},
             "rsync": {"type": "str", "default": "rsync"},
             "ssh": {"type": "str", "default": "ssh"},
-            "transport": {"type": "str", "choices": ["ssh", "rsyncd"], "default": "ssh"},
+            "transport": {"type": "str", "choices": ["ssh", "rsyncd", "tcp"], "default": "ssh"},
             "rsyncd_port": {"type": "int", "default": 8730},
+            "python": {"type": "str", "default": "python3"},
             "status_file": {"type": "path"},
         },
         supports_check_mode=True,

@@ -195,3 +195,109 @@ def test_disk_full_reads_rsyncs_words():
     )
     assert dist.disk_full(err, "/srv/m/snapshot/") == "model-00003.safetensors"
     assert dist.disk_full("rsync error: some other thing (code 12)", "/srv/m/snapshot") is None
+
+
+# ---- transport tcp: the receiver runs here through the stand-in ssh, bound to 127.0.0.1 -----------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tcp_targets(files, host="spark2"):
+    return [{"host": host, "user": "", "addresses": ["127.0.0.1"], "files": files}]
+
+
+def test_the_tcp_transport_copies_whole_files_with_the_heads_mtime_and_leaves_no_receiver(setup):
+    import socket
+
+    src, workers, files, tmp = setup
+    w = workers[0]
+    port = free_port()
+    out = run(src, w, tcp_targets(files), tmp, transport="tcp", rsyncd_port=port, streams_per_address=2)
+    assert out["changed"] and out["streams"] == 2
+    assert sorted(out["copied"]["spark2"]) == sorted(f["path"] for f in files)
+    for f in files:
+        assert (w / f["path"]).read_bytes() == (src / f["path"]).read_bytes()
+        assert (w / f["path"]).stat().st_mtime_ns == (src / f["path"]).stat().st_mtime_ns
+    assert not list(w.rglob(".rsync-partial"))  # the parts' directories went with the receiver
+    with socket.socket() as s, pytest.raises(OSError):
+        s.connect(("127.0.0.1", port))
+    # a second run finds every file there (size and mtime): nothing is sent again
+    again = run(src, w, tcp_targets(files), tmp, transport="tcp", rsyncd_port=port)
+    assert again["copied"]["spark2"] == []
+
+
+def test_the_tcp_transport_resumes_a_part_and_sends_only_the_rest(setup, monkeypatch):
+    src, workers, files, tmp = setup
+    w = workers[0]
+    whole = (src / "model-0.safetensors").read_bytes()
+    part = w / ".rsync-partial" / "model-0.safetensors"
+    part.parent.mkdir()
+    part.write_bytes(whole[:120_000])
+    sent = []
+    real = dist.socket.socket.sendfile
+
+    def counting(self, fh, offset=0, count=None):
+        n = real(self, fh, offset, count)
+        sent.append((offset, n))
+        return n
+
+    monkeypatch.setattr(dist.socket.socket, "sendfile", counting)
+    run(src, w, tcp_targets(files[:1]), tmp, transport="tcp", rsyncd_port=free_port())
+    assert (w / "model-0.safetensors").read_bytes() == whole
+    assert sent[0][0] == 120_000 and sum(n for _, n in sent) == len(whole) - 120_000
+    assert not part.exists()
+
+
+def test_the_tcp_transport_on_a_full_disk_names_node_and_path_keeps_the_part_and_a_rerun_completes(
+    setup, small_disk
+):
+    src, _, files, tmp = setup
+    w = small_disk / "snapshot"
+    w.mkdir()
+    port = free_port()
+    with pytest.raises(dist.WeightsError) as exc:  # 550 KB onto 400 KB
+        run(src, w, tcp_targets(files), tmp, transport="tcp", rsyncd_port=port)
+    msg = exc.value.args[0]
+    assert msg.startswith(f"spark2: the disk is full at {w} (No space left on device while writing model-")
+    for f in files:
+        final = w / f["path"]
+        assert not final.exists() or final.read_bytes() == (src / f["path"]).read_bytes(), f["path"]
+    assert any((w / ".rsync-partial").iterdir())  # the cut-off file's part, for the next run
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)  # space freed
+    run(src, w, tcp_targets(files), tmp, transport="tcp", rsyncd_port=port)
+    assert all((w / f["path"]).read_bytes() == (src / f["path"]).read_bytes() for f in files)
+    assert not (w / ".rsync-partial").exists()
+
+
+def test_the_tcp_transport_names_a_worker_it_cannot_reach(setup, tmp_path):
+    src, workers, files, tmp = setup
+    down = tmp_path / "bin" / "ssh-down"
+    down.write_text(
+        "#!/bin/sh\necho 'ssh: connect to host 127.0.0.1 port 22: No route to host' >&2\nexit 255\n"
+    )
+    down.chmod(0o755)
+    with pytest.raises(
+        dist.WeightsError, match=r"^spark2: could not start a receiver on 127\.0\.0\.1: .*No route"
+    ):
+        run(src, workers[0], tcp_targets(files), tmp, transport="tcp", rsyncd_port=free_port(), ssh=str(down))
+    assert not any(workers[0].iterdir())
+
+
+def test_the_tcp_receiver_refuses_a_path_out_of_the_snapshot(setup):
+    src, workers, _, tmp = setup
+    (src / "sub").mkdir()
+    (src / "x").write_bytes(b"x")  # the head has sub/../x
+    with pytest.raises(dist.WeightsError, match=r"refused path '\.\./x'"):
+        run(
+            src / "sub",
+            workers[0],
+            tcp_targets([{"path": "../x", "size": 1}]),
+            tmp,
+            transport="tcp",
+            rsyncd_port=free_port(),
+        )
+    assert not (workers[0].parent / "x").exists()
