@@ -174,6 +174,36 @@ def _api_text(api: Mapping, head: Mapping, first_start: object) -> str:
     return str(state)
 
 
+def _nccl_text(nccl: Mapping | None) -> str:
+    """The NCCL library a rank mapped (module engine_nccl): 'version file', or why there is none."""
+    if not nccl:
+        return "not read"
+    libs = nccl.get("libraries") or []
+    if libs:
+        return ", ".join(f"{lib.get('version')} {lib.get('path')}" for lib in libs)
+    return "none loaded" if nccl.get("running") else "-"
+
+
+def cluster_notes(rows: list[dict]) -> list[str]:
+    """What must be the same on every rank and is not: the engine image (its ID), the NCCL library."""
+    notes = []
+    images = {r["node"]: r["image"] for r in rows if r["image"] != "-"}
+    if len(set(images.values())) > 1:
+        notes.append(
+            "the engine image differs between nodes ("
+            + ", ".join(f"{h} {i}" for h, i in images.items())
+            + "): `sparkfleet engine` ships the head's, then `sparkfleet start`"
+        )
+    loaded = {r["node"]: r["nccl"] for r in rows if r["nccl"] not in ("not read", "none loaded", "-")}
+    if len(set(loaded.values())) > 1:
+        notes.append(
+            "the ranks loaded different NCCL libraries ("
+            + "; ".join(f"{h}: {n}" for h, n in loaded.items())
+            + "): builds of one version differ; give every rank the same image"
+        )
+    return notes
+
+
 def status_rows(
     nodes: Mapping, plan: Mapping, api: Mapping | None, pin_commit: str, first_start: object = 15
 ) -> dict:
@@ -208,6 +238,8 @@ def status_rows(
                 "commit": commit_text,
                 "weights": _weights_text(node.get("weights")),
                 "clock": _clock_text(node.get("clock") or {}),
+                "image": str((node.get("image") or {}).get("id") or "-")[:19],
+                "nccl": _nccl_text(node.get("nccl")),
                 "engine": _log_text(node, rank),
                 "api": _api_text(api, head, first_start) if rank == 0 else "",
                 "model": ", ".join(api.get("models") or []) if rank == 0 else "",
@@ -238,6 +270,9 @@ def status_rows(
                 f"{host}: runs engine {short_commit(commit)}, the pin is {short_commit(pin_commit)}: "
                 "run `sparkfleet engine` and `sparkfleet start`"
             )
+    across = cluster_notes(rows)
+    healthy = healthy and not any(n.startswith("the engine image differs") for n in across)
+    notes += across
     if api.get("state") != "ok":
         notes.append(f"API on {plan['head']}: {rows[0]['api']}: {api.get('detail', 'not probed')}")
     return {"rows": rows, "log": logs, "notes": notes, "healthy": healthy}
@@ -251,6 +286,8 @@ STATUS_COLUMNS = [
     ["commit", "IMAGE COMMIT"],
     ["weights", "WEIGHTS"],
     ["clock", "CLOCK CAP"],
+    ["image", "IMAGE ID"],
+    ["nccl", "NCCL"],
     ["engine", "ENGINE LOG"],
     ["api", "API"],
     ["model", "SERVED MODEL"],

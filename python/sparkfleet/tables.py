@@ -21,6 +21,8 @@ ENGINE_HEADERS = {
     "commit": "IMAGE COMMIT",
     "weights": "WEIGHTS",
     "clock": "CLOCK CAP",
+    "image": "IMAGE ID",
+    "nccl": "NCCL",
     "api": "API HEALTH",
     "model": "SERVED MODEL",
 }

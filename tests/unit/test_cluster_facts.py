@@ -4,14 +4,17 @@ stand-ins for them (the nvidia-smi simulator's `driver-version` switch, sim/kern
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.cluster.plugins.module_utils import boot
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import boot, engine_status
+from ansible_collections.sparkfleet.cluster.plugins.modules import engine_nccl
 from test_host_modules import (
     EXPECT,
     FWUPD_READY,
@@ -216,3 +219,102 @@ def test_the_simulator_reports_the_driver_its_switch_names(sim):
     assert re.search(r"Driver Version\s+: 580\.126\.09", sim("-q"))
     (sim.state / "driver-version").write_text("not a version\n")
     assert sim(*ask).strip() == "580.159.04"
+
+
+# ---- the NCCL library a rank loaded: module engine_nccl over a real process's memory maps ---------------
+REAL_LIB = Path(ctypes.util.find_library("z") or "libz.so.1")
+
+
+def real_library() -> Path:
+    """A real shared library of this machine (zlib), to be mapped under NCCL's names."""
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib64"):
+        if (Path(d) / REAL_LIB.name).exists():
+            return Path(d) / REAL_LIB.name
+    pytest.skip(f"no {REAL_LIB} on this machine")
+
+
+@pytest.fixture
+def mapped(tmp_path):
+    """Start a process that loads each given file with the dynamic loader; yield its pid."""
+    procs = []
+
+    def start(*paths: Path) -> int:
+        code = "import ctypes, sys, time\nfor p in sys.argv[1:]: ctypes.CDLL(p)\nprint('up', flush=True)\n"
+        code += "time.sleep(60)\n"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *map(str, paths)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "up"
+        procs.append(proc)
+        return proc.pid
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_nccl_library_and_its_version_are_read_from_the_processes_memory_maps(tmp_path, mapped):
+    lib = real_library()
+    system = tmp_path / "usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9"  # DGX OS's libnccl2 names its version
+    wheel = tmp_path / "site-packages/nvidia/nccl/lib/libnccl.so.2"  # pip's nvidia-nccl-cu13 does not
+    (tmp_path / "site-packages/nvidia_nccl_cu13-2.28.9.dist-info").mkdir(parents=True)
+    for target in (system, wheel):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lib, target)
+    pid = mapped(system)
+    assert engine_nccl.read("/proc", pid) == [
+        {"path": str(system), "version": "2.28.9", "version_from": "file name", "pids": [pid]}
+    ]
+    found = engine_nccl.read("/proc", mapped(wheel))
+    assert [(x["path"], x["version"], x["version_from"]) for x in found] == [
+        (str(wheel), "2.28.9", "nvidia_nccl_cu13-2.28.9.dist-info")
+    ]
+    assert engine_nccl.summary(True, found) == f"NCCL 2.28.9 ({wheel})"
+    # neither: the version string NCCL carries (appended here; a loader ignores bytes past the ELF's end)
+    bare = tmp_path / "opt/nccl/libnccl.so.2"
+    bare.parent.mkdir(parents=True)
+    bare.write_bytes(lib.read_bytes() + b"\0NCCL version \0" + b"2.30.7+cuda13.0\0")
+    found = engine_nccl.read("/proc", mapped(bare))
+    assert [(x["version"], x["version_from"]) for x in found] == [("2.30.7", "embedded string")]
+
+
+def test_a_process_without_nccl_reports_none_loaded(mapped):
+    found = engine_nccl.read("/proc", mapped())
+    assert found == [] and engine_nccl.summary(True, found).startswith("no NCCL loaded")
+
+
+def test_status_names_each_ranks_nccl_and_an_image_or_library_that_differs():
+    plan = {"head": "a", "hosts_by_rank": ["a", "b"], "ranks": {"a": 0, "b": 1}}
+    lib = {"path": "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9", "version": "2.28.9"}
+    wheel = {
+        "path": "/usr/local/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        "version": "2.28.9",
+    }
+
+    def node(image: str, nccl: dict) -> dict:
+        return {
+            "container": {"running": True},
+            "image": {"id": image},
+            "nccl": {"running": True, "libraries": [nccl]},
+        }
+
+    same = engine_status.status_rows(
+        {"a": node("sha256:" + "1" * 64, lib), "b": node("sha256:" + "1" * 64, lib)},
+        plan,
+        {"state": "ok"},
+        "",
+    )
+    assert [r["nccl"] for r in same["rows"]] == [f"2.28.9 {lib['path']}"] * 2 and same["healthy"], same
+    differ = engine_status.status_rows(
+        {"a": node("sha256:" + "1" * 64, lib), "b": node("sha256:" + "2" * 64, wheel)},
+        plan,
+        {"state": "ok"},
+        "",
+    )
+    notes = " ".join(differ["notes"])
+    assert (
+        not differ["healthy"]
+        and "the engine image differs between nodes (a sha256:111111111111, b sha256:2222" in notes
+    )
+    assert "the ranks loaded different NCCL libraries" in notes and wheel["path"] in notes, notes
