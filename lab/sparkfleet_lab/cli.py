@@ -45,6 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 action="store_true",
                 help="no hub (Hugging Face, registry and git stand-ins): for roles that download nothing",
             )
+            p.add_argument(
+                "--vm",
+                action="store_true",
+                help="Debian VMs under qemu instead of containers: real kernel, GRUB, reboots, swap, "
+                'sysctls, NetworkManager and soft-RoCE (README "The VM lab"); makes the nodes and '
+                "inventory, no hub, does not run site.yml",
+            )
         if cmd == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=_run)
@@ -69,8 +76,13 @@ def _images(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from sparkfleet_lab.core import Lab, LabError
+    from sparkfleet_lab.vm import lab as vm
 
     try:
+        if (args.lab_cmd == "up" and args.vm) or (
+            args.lab_cmd != "up" and args.name and vm.is_vm_lab(args.name)
+        ):
+            return _run_vm(args, vm)
         # Only `up` needs the topology of a lab never created: down and status work by name (labels).
         up = args.lab_cmd == "up"
         lab = Lab(
@@ -98,6 +110,24 @@ def _run(args: argparse.Namespace) -> int:
     except LabError as exc:
         print(f"sparkfleet lab: {exc}", file=sys.stderr)
         return 2
+
+
+def _run_vm(args: argparse.Namespace, vm) -> int:
+    """`lab up --vm` and down/status of a VM lab (found by its state)."""
+    lab = vm.VmLab(name=args.name, topology_name=args.topology)
+    if args.lab_cmd == "up":
+        if args.nodes or args.no_hub:
+            print("sparkfleet lab: --vm makes every node of the topology and never a hub", file=sys.stderr)
+            return 64
+        return lab.up()
+    if args.lab_cmd == "down":
+        lab.down()
+        return 0
+    if args.json:
+        print(json.dumps(lab.status(), indent=2))
+    else:
+        print(lab.describe() if lab.state else f"lab {lab.name}: not created")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,414 @@
+"""The VM lab: DGX Sparks as Debian guests under qemu (TCG; no KVM needed), cabled like real ones.
+
+`VmLab(name, topology).up()` makes (or finds) everything, idempotently:
+  the cached guest disk (vm/image.py) → per node a copy-on-write overlay, an SSH host key and the lab's key
+  (handed to the guest by qemu fw_cfg) → one qemu per node: a management NIC (qemu user-mode network,
+  restricted: no route out; SSH forwarded from 127.0.0.1:<port>) and one NIC per rail of each cable (a UDP
+  point-to-point link between the two qemus on 127.0.0.1, MTU 9000) → SSH and known_hosts → an inventory
+  layered on inventory/<topology>.
+Inside, each node has its own kernel, GRUB, systemd, swap and sysctls; its interfaces get a Spark's names and
+every rail a soft-RoCE device (rdma_rxe) named as the ConnectX-7 HCA (vm/overlay). A reboot is a real one: the
+guest resets inside the same qemu process.
+`down()` stops the lab's qemus (by their pid files) and removes the state directory: nothing else was made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from sparkfleet_lab import topology
+from sparkfleet_lab.core import NAME_RE, LabError, default_project_dir
+from sparkfleet_lab.vm import image
+
+MGMT_IFACE = "enP7s7"
+NODE_USER = "spark"
+MEMORY_MIB = int(os.environ.get("SPARKFLEET_VM_MEMORY_MIB", "1280"))
+BOOT_TIMEOUT_S = float(os.environ.get("SPARKFLEET_VM_BOOT_TIMEOUT", "600"))
+RAIL_MTU = 9000
+
+
+def _say(msg: str) -> None:
+    print(f"lab: {msg}", file=sys.stderr, flush=True)
+
+
+def is_vm_lab(name: str, project_dir: Path | None = None) -> bool:
+    path = (project_dir or default_project_dir()) / ".lab" / name / "state.json"
+    return path.exists() and json.loads(path.read_text()).get("kind") == "vm"
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VmLab:
+    def __init__(
+        self,
+        name: str | None = None,
+        topology_name: str | None = None,
+        project_dir: Path | None = None,
+        say: Callable[[str], None] = _say,
+    ) -> None:
+        self.project_dir = (project_dir or default_project_dir()).resolve()
+        self.name = name or (f"vm-{topology_name}" if topology_name else "vm-tp2")
+        if not NAME_RE.match(self.name):
+            raise LabError(f"lab name {self.name!r}: use 1-24 lowercase letters, digits, '-' or '_'")
+        path = self.state_dir / "state.json"
+        self.state: dict = json.loads(path.read_text()) if path.exists() else {}
+        if self.state and self.state.get("kind") != "vm":
+            raise LabError(
+                f"lab {self.name!r} is a container lab: `sparkfleet lab down --name {self.name}` first"
+            )
+        known = self.state.get("topology")
+        self.topology = topology_name or known or "tp2"
+        if self.topology not in topology.NODE_COUNT:
+            raise LabError(f"lab {self.name!r}: --topology {self.topology!r}: expected tp2 or tp3")
+        if known and known != self.topology:
+            raise LabError(
+                f"lab {self.name!r} exists as {known}; `sparkfleet lab down --name {self.name}` first"
+            )
+        self.say = say
+
+    # ---- paths and names ---------------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.project_dir / ".lab" / self.name
+
+    @property
+    def inventory_dir(self) -> Path:
+        return self.state_dir / "inventory"
+
+    @property
+    def inventories(self) -> list[Path]:
+        return [self.project_dir / "inventory" / self.topology, self.inventory_dir]
+
+    @property
+    def key_file(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state_dir / "ssh" / "config"
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"spark{n}" for n in range(1, topology.NODE_COUNT[self.topology] + 1)]
+
+    def node_dir(self, host: str) -> Path:
+        return self.state_dir / "vm" / host
+
+    def console_log(self, host: str) -> Path:
+        return self.node_dir(host) / "console.log"
+
+    def rails(self) -> list[topology.Rail]:
+        return topology.rails(self.project_dir, self.topology)
+
+    def _node_rails(self, node: int) -> list[tuple[topology.Rail, str, topology.End]]:
+        out = []
+        for rail in self.rails():
+            if rail.a.node == node:
+                out.append((rail, "a", rail.a))
+            if rail.b.node == node:
+                out.append((rail, "b", rail.b))
+        return out
+
+    def ssh_port(self, host: str) -> int:
+        return int(self.state["ports"][host])
+
+    def _save_state(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_dir / "state.json.partial"
+        tmp.write_text(json.dumps(self.state, indent=2, sort_keys=True))
+        tmp.replace(self.state_dir / "state.json")
+
+    # ---- up ------------------------------------------------------------------------------
+    def up(self) -> int:
+        base = image.ensure_image(self.project_dir, say=self.say)
+        self.state.update(kind="vm", name=self.name, topology=self.topology, image=str(base))
+        self.state.setdefault("ports", {h: _free_port(socket.SOCK_STREAM) for h in self.hosts})
+        # one UDP port per rail end: "<rail index><side>" -> port
+        self.state.setdefault(
+            "rail_ports",
+            {f"{r.index}{side}": _free_port(socket.SOCK_DGRAM) for r in self.rails() for side in "ab"},
+        )
+        self._save_state()
+        self._ensure_keys()
+        started = {}
+        for n, host in enumerate(self.hosts, start=1):
+            if self.running(host):
+                continue
+            started[host] = time.monotonic()
+            self._start(n, host, base)
+        self._write_ssh_config()
+        for host in self.hosts:
+            self.wait_ssh(host)
+            if host in started:
+                self.say(f"{host}: booted, SSH answers after {time.monotonic() - started[host]:.0f} s")
+        self._write_inventory()
+        self.say(self.describe())
+        return 0
+
+    def _ensure_keys(self) -> None:
+        ssh = self.key_file.parent
+        ssh.mkdir(parents=True, exist_ok=True, mode=0o700)
+        keys = [(self.key_file, f"sparkfleet-lab-{self.name}")]
+        keys += [(self.node_dir(h) / "ssh_host_ed25519_key", f"root@{h}") for h in self.hosts]
+        for path, comment in keys:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                cmd = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)]
+                subprocess.run(cmd, check=True)
+
+    def _mac(self, node: int, nic: int) -> str:
+        return f"52:54:00:5f:{node:02x}:{nic:02x}"
+
+    def qemu_argv(self, n: int, host: str) -> list[str]:
+        d = self.node_dir(host)
+        argv = [
+            "qemu-system-x86_64",
+            "-name",
+            f"sparkfleet-lab-{self.name}-{host}",
+            "-machine",
+            "pc,accel=tcg",
+            "-cpu",
+            "max",
+            "-smp",
+            "1",
+            "-m",
+            str(MEMORY_MIB),
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            f"file:{self.console_log(host)}",
+            "-daemonize",
+            "-pidfile",
+            str(d / "qemu.pid"),
+            "-drive",
+            f"file={d / 'disk.qcow2'},if=virtio,format=qcow2",
+            "-fw_cfg",
+            f"name=opt/sparkfleet/config,file={d / 'fw_cfg.conf'}",
+            "-fw_cfg",
+            f"name=opt/sparkfleet/hostkey,file={d / 'ssh_host_ed25519_key'}",
+            # management: no route out of the lab (restrict), SSH from the controller only
+            "-netdev",
+            f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port(host)}-:22",
+            "-device",
+            f"virtio-net-pci,netdev=mgmt,mac={self._mac(n, 0)}",
+        ]
+        for i, (rail, side, _end) in enumerate(self._node_rails(n), start=1):
+            other = "b" if side == "a" else "a"
+            local = self.state["rail_ports"][f"{rail.index}{side}"]
+            remote = self.state["rail_ports"][f"{rail.index}{other}"]
+            argv += [
+                "-netdev",
+                f"socket,id=rail{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}",
+                "-device",
+                f"virtio-net-pci,netdev=rail{i},mac={self._mac(n, i)},host_mtu={RAIL_MTU}",
+            ]
+        return argv
+
+    def _fw_cfg(self, n: int, host: str) -> str:
+        lines = [
+            f"hostname {host}",
+            f"authorized_key {self.key_file.with_suffix('.pub').read_text().strip()}",
+        ]
+        lines.append(f"nic {self._mac(n, 0)} {MGMT_IFACE}")
+        for i, (_rail, _side, end) in enumerate(self._node_rails(n), start=1):
+            lines.append(f"nic {self._mac(n, i)} {end.netdev}")
+        for _rail, _side, end in self._node_rails(n):
+            lines.append(f"rxe {end.netdev} {end.hca}")
+        return "\n".join(lines) + "\n"
+
+    def _start(self, n: int, host: str, base: Path) -> None:
+        d = self.node_dir(host)
+        d.mkdir(parents=True, exist_ok=True)
+        disk = d / "disk.qcow2"
+        if not disk.exists():
+            self.say(f"creating {host}'s disk (a copy-on-write overlay of {base.name})")
+            cmd = ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(base), str(disk)]
+            subprocess.run(cmd, check=True, capture_output=True)
+        (d / "fw_cfg.conf").write_text(self._fw_cfg(n, host))
+        self.say(f"starting {host} (qemu TCG, {MEMORY_MIB} MiB; SSH 127.0.0.1:{self.ssh_port(host)})")
+        proc = subprocess.run(self.qemu_argv(n, host), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise LabError(f"qemu for {host} did not start: {proc.stderr.strip()}")
+
+    def pid(self, host: str) -> int | None:
+        """The pid of this node's qemu, if it runs (checked against its command line, never a reused pid)."""
+        pidfile = self.node_dir(host) / "qemu.pid"
+        try:
+            pid = int(pidfile.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if f"sparkfleet-lab-{self.name}-{host}".encode() in cmdline else None
+
+    def running(self, host: str) -> bool:
+        return self.pid(host) is not None
+
+    def _write_ssh_config(self) -> None:
+        lines = []
+        for host in self.hosts:
+            pub = (self.node_dir(host) / "ssh_host_ed25519_key.pub").read_text().split()
+            lines.append(f"[127.0.0.1]:{self.ssh_port(host)} {pub[0]} {pub[1]}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+        cfg = []
+        for host in self.hosts:
+            cfg += [
+                f"Host {host}",
+                "  HostName 127.0.0.1",
+                f"  Port {self.ssh_port(host)}",
+                f"  User {NODE_USER}",
+                f"  IdentityFile {self.key_file}",
+                "  IdentitiesOnly yes",
+                f"  UserKnownHostsFile {self.known_hosts}",
+                "  StrictHostKeyChecking yes",
+                "  BatchMode yes",
+                "",
+            ]
+        self.ssh_config.write_text("\n".join(cfg))
+
+    def ssh(self, host: str, *cmd: str, check: bool = True, timeout: float = 120) -> str:
+        proc = subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), "-o", "ConnectTimeout=10", host, *cmd],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise LabError(f"ssh {host} {' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def wait_ssh(self, host: str, timeout: float = BOOT_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running(host):
+                raise LabError(f"{host}'s qemu is not running; its console: {self.console_log(host)}")
+            proc = subprocess.run(
+                ["ssh", "-F", str(self.ssh_config), "-o", "ConnectTimeout=5", host, "true"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"{host}: no SSH within {timeout:.0f} s ({proc.stderr.strip()}); "
+                    f"console {self.console_log(host)}"
+                )
+            time.sleep(2)
+
+    # ---- inventory -----------------------------------------------------------------------
+    def _write_inventory(self) -> None:
+        gv = self.inventory_dir / "group_vars" / "all"
+        gv.mkdir(parents=True, exist_ok=True)
+        head, *workers = self.hosts
+
+        def hv(h: str) -> dict:
+            return {"ansible_host": "127.0.0.1", "ansible_port": self.ssh_port(h)}
+
+        hosts = {
+            "all": {
+                "children": {
+                    "cluster": {
+                        "children": {
+                            "head": {"hosts": {head: hv(head)}},
+                            "workers": {"hosts": {h: hv(h) for h in workers}},
+                        }
+                    }
+                }
+            }
+        }
+        header = f"# Written by `sparkfleet lab up --vm --name {self.name}`; "
+        header += f"layered on inventory/{self.topology}.\n"
+        (self.inventory_dir / "hosts.yml").write_text(
+            header + "---\n" + yaml.safe_dump(hosts, sort_keys=False, width=1000)
+        )
+        base_pins = yaml.safe_load(
+            (self.project_dir / "inventory" / self.topology / "group_vars" / "all" / "pins.yml").read_text()
+        )["sparkfleet_pins"]
+        lab_vars = {
+            "sparkfleet_lab": True,
+            "sparkfleet_lab_name": self.name,
+            "ansible_user": NODE_USER,
+            "ansible_ssh_private_key_file": str(self.key_file),
+            "ansible_ssh_common_args": (
+                f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
+            ),
+            "sparkfleet_pins": base_pins,
+        }
+        (gv / "00-lab.yml").write_text(
+            header + "---\n" + yaml.safe_dump(lab_vars, sort_keys=False, width=1000)
+        )
+        for old in gv.glob("10-*.yml"):
+            old.unlink()
+        for src in sorted((Path(__file__).resolve().parent / "group_vars").glob("*.yml")):
+            shutil.copyfile(src, gv / f"10-{src.name}")
+
+    # ---- inspection ------------------------------------------------------------------------
+    def describe(self) -> str:
+        lines = [f"VM lab {self.name} ({self.topology}), image {Path(self.state.get('image', '-')).name}"]
+        for n, host in enumerate(self.hosts, start=1):
+            state = "running" if self.running(host) else "stopped"
+            port = self.state.get("ports", {}).get(host, "-")
+            lines.append(f"  {host:<7} qemu {state:<8} mgmt {MGMT_IFACE} ssh 127.0.0.1:{port}")
+            for rail, _side, end in self._node_rails(n):
+                lines.append(f"          {end.netdev:<14} {end.hca:<14} cable {rail.cable} rail {rail.rail}")
+        if self.ssh_config.exists():
+            lines.append(f"  reach a node:  ssh -F {self.ssh_config} spark1")
+            inv = " ".join(f"-i {p}" for p in self.inventories)
+            lines.append(f"  run playbooks: ansible-playbook {inv} playbooks/host.yml")
+        return "\n".join(lines)
+
+    def status(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": "vm",
+            "topology": self.topology,
+            "exists": bool(self.state),
+            "nodes": [
+                {"host": h, "running": self.running(h), "ssh_port": self.state.get("ports", {}).get(h)}
+                for h in self.hosts
+            ],
+        }
+
+    # ---- down ----------------------------------------------------------------------------
+    def down(self) -> None:
+        for host in self.hosts:
+            pid = self.pid(host)
+            if pid is None:
+                continue
+            self.say(f"stopping {host} (qemu pid {pid})")
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                if self.pid(host) is None:
+                    break
+                time.sleep(0.1)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if self.state_dir.exists():
+            self.say(f"removing {self.state_dir} (disks, keys, inventory, consoles)")
+            shutil.rmtree(self.state_dir)
+        self.state = {}
