@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     from sparkfleet_lab.vm import lab as vm
 
     try:
-        if (args.lab_cmd == "up" and args.vm) or (
+        if (args.lab_cmd == "up" and getattr(args, "vm", False)) or (
             args.lab_cmd != "up" and args.name and vm.is_vm_lab(args.name)
         ):
             return _run_vm(args, vm)

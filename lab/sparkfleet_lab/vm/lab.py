@@ -3,9 +3,9 @@
 `VmLab(name, topology).up()` makes (or finds) everything, idempotently:
   the cached guest disk (vm/image.py) → per node a copy-on-write overlay, an SSH host key and the lab's key
   (handed to the guest by qemu fw_cfg) → one qemu per node: a management NIC (qemu user-mode network,
-  restricted: no route out; SSH forwarded from 127.0.0.1:<port>) and one NIC per rail of each cable (a UDP
-  point-to-point link between the two qemus on 127.0.0.1, MTU 9000) → SSH and known_hosts → an inventory
-  layered on inventory/<topology>.
+  restricted: no route out; SSH forwarded from 127.0.23.<10+node>:<port>) and one NIC per rail of each
+  cable (a UDP point-to-point link between the two qemus on 127.0.0.1, MTU 9000) → SSH and known_hosts →
+  an inventory layered on inventory/<topology>.
 Inside, each node has its own kernel, GRUB, systemd, swap and sysctls; its interfaces get a Spark's names and
 every rail a soft-RoCE device (rdma_rxe) named as the ConnectX-7 HCA (vm/overlay). A reboot is a real one: the
 guest resets inside the same qemu process.
@@ -48,9 +48,9 @@ def is_vm_lab(name: str, project_dir: Path | None = None) -> bool:
     return path.exists() and json.loads(path.read_text()).get("kind") == "vm"
 
 
-def _free_port(kind: int) -> int:
+def _free_port(kind: int, address: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -129,6 +129,11 @@ class VmLab:
                 out.append((rail, "b", rail.b))
         return out
 
+    def ssh_address(self, host: str) -> str:
+        """Where the controller reaches a node's SSH: a loopback address of its own (cluster_plan wants
+        every Spark at its own address), forwarded by qemu to the guest's port 22."""
+        return f"127.0.23.{10 + self.hosts.index(host) + 1}"
+
     def ssh_port(self, host: str) -> int:
         return int(self.state["ports"][host])
 
@@ -142,7 +147,9 @@ class VmLab:
     def up(self) -> int:
         base = image.ensure_image(self.project_dir, say=self.say)
         self.state.update(kind="vm", name=self.name, topology=self.topology, image=str(base))
-        self.state.setdefault("ports", {h: _free_port(socket.SOCK_STREAM) for h in self.hosts})
+        self.state.setdefault(
+            "ports", {h: _free_port(socket.SOCK_STREAM, self.ssh_address(h)) for h in self.hosts}
+        )
         # one UDP port per rail end: "<rail index><side>" -> port
         self.state.setdefault(
             "rail_ports",
@@ -210,7 +217,7 @@ class VmLab:
             f"name=opt/sparkfleet/hostkey,file={d / 'ssh_host_ed25519_key'}",
             # management: no route out of the lab (restrict), SSH from the controller only
             "-netdev",
-            f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port(host)}-:22",
+            f"user,id=mgmt,restrict=on,hostfwd=tcp:{self.ssh_address(host)}:{self.ssh_port(host)}-:22",
             "-device",
             f"virtio-net-pci,netdev=mgmt,mac={self._mac(n, 0)}",
         ]
@@ -247,7 +254,8 @@ class VmLab:
             cmd = ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(base), str(disk)]
             subprocess.run(cmd, check=True, capture_output=True)
         (d / "fw_cfg.conf").write_text(self._fw_cfg(n, host))
-        self.say(f"starting {host} (qemu TCG, {MEMORY_MIB} MiB; SSH 127.0.0.1:{self.ssh_port(host)})")
+        where = f"{self.ssh_address(host)}:{self.ssh_port(host)}"
+        self.say(f"starting {host} (qemu TCG, {MEMORY_MIB} MiB; SSH {where})")
         proc = subprocess.run(self.qemu_argv(n, host), capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise LabError(f"qemu for {host} did not start: {proc.stderr.strip()}")
@@ -269,13 +277,13 @@ class VmLab:
         lines = []
         for host in self.hosts:
             pub = (self.node_dir(host) / "ssh_host_ed25519_key.pub").read_text().split()
-            lines.append(f"[127.0.0.1]:{self.ssh_port(host)} {pub[0]} {pub[1]}")
+            lines.append(f"[{self.ssh_address(host)}]:{self.ssh_port(host)} {pub[0]} {pub[1]}")
         self.known_hosts.write_text("\n".join(lines) + "\n")
         cfg = []
         for host in self.hosts:
             cfg += [
                 f"Host {host}",
-                "  HostName 127.0.0.1",
+                f"  HostName {self.ssh_address(host)}",
                 f"  Port {self.ssh_port(host)}",
                 f"  User {NODE_USER}",
                 f"  IdentityFile {self.key_file}",
@@ -326,7 +334,7 @@ class VmLab:
         head, *workers = self.hosts
 
         def hv(h: str) -> dict:
-            return {"ansible_host": "127.0.0.1", "ansible_port": self.ssh_port(h)}
+            return {"ansible_host": self.ssh_address(h), "ansible_port": self.ssh_port(h)}
 
         hosts = {
             "all": {
@@ -372,7 +380,8 @@ class VmLab:
         for n, host in enumerate(self.hosts, start=1):
             state = "running" if self.running(host) else "stopped"
             port = self.state.get("ports", {}).get(host, "-")
-            lines.append(f"  {host:<7} qemu {state:<8} mgmt {MGMT_IFACE} ssh 127.0.0.1:{port}")
+            where = f"{self.ssh_address(host)}:{port}"
+            lines.append(f"  {host:<7} qemu {state:<8} mgmt {MGMT_IFACE} ssh {where}")
             for rail, _side, end in self._node_rails(n):
                 lines.append(f"          {end.netdev:<14} {end.hca:<14} cable {rail.cable} rail {rail.rail}")
         if self.ssh_config.exists():

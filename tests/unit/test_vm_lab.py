@@ -1,0 +1,100 @@
+"""The VM lab's decisions before it starts a qemu (sparkfleet_lab.vm): how the cables become UDP links between
+the qemus, what each guest is told through fw_cfg, what the inventory says, and the disk image's content key.
+No qemu here (molecule/vm boots them)."""
+
+from __future__ import annotations
+
+import pytest
+from sparkfleet_lab.core import LabError
+from sparkfleet_lab.vm import image
+from sparkfleet_lab.vm.lab import VmLab
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    root = tmp_path / "checkout"
+    root.mkdir()
+    from sparkfleet_lab.core import default_project_dir
+
+    real = default_project_dir()
+    for sub in ("roles", "inventory"):
+        (root / sub).symlink_to(real / sub)
+    lab = VmLab(name="unit-vm", topology_name="tp2", project_dir=root, say=lambda _m: None)
+    lab.state.update(
+        ports={"spark1": 40001, "spark2": 40002},
+        rail_ports={
+            f"{r.index}{side}": 41000 + 2 * r.index + (side == "b") for r in lab.rails() for side in "ab"
+        },
+    )
+    return lab
+
+
+def _netdevs(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "-netdev"]
+
+
+def test_each_rail_is_a_udp_link_whose_ends_point_at_each_other(lab):
+    one = [n for n in _netdevs(lab.qemu_argv(1, "spark1")) if n.startswith("socket,")]
+    two = [n for n in _netdevs(lab.qemu_argv(2, "spark2")) if n.startswith("socket,")]
+    assert len(one) == len(two) == len(lab.rails()) == 2
+    for a, b in zip(one, two, strict=True):
+        fa = dict(kv.split("=", 1) for kv in a.split(",")[1:])
+        fb = dict(kv.split("=", 1) for kv in b.split(",")[1:])
+        assert fa["udp"] == fb["localaddr"] and fb["udp"] == fa["localaddr"]  # crosswise: one cable
+        assert fa["udp"].startswith("127.0.0.1:")  # only on this machine's loopback
+
+
+def test_management_nic_has_no_route_out_and_ssh_only_on_loopback(lab):
+    mgmt = next(n for n in _netdevs(lab.qemu_argv(1, "spark1")) if n.startswith("user,"))
+    assert "restrict=on" in mgmt.split(",")
+    assert "hostfwd=tcp:127.0.23.11:40001-:22" in mgmt.split(",")
+
+
+def test_rail_nics_carry_jumbo_frames(lab):
+    devices = [a for a in lab.qemu_argv(1, "spark1") if a.startswith("virtio-net-pci,netdev=rail")]
+    assert devices and all("host_mtu=9000" in d for d in devices)
+
+
+def test_the_guest_is_told_the_spark_names_and_hcas_of_its_ports(lab):
+    lab.key_file.parent.mkdir(parents=True)
+    lab.key_file.with_suffix(".pub").write_text("ssh-ed25519 AAAAkey sparkfleet-lab-unit-vm\n")
+    lines = lab._fw_cfg(2, "spark2").splitlines()
+    assert lines[0] == "hostname spark2"
+    assert lines[1] == "authorized_key ssh-ed25519 AAAAkey sparkfleet-lab-unit-vm"
+    names = [line.split()[2] for line in lines if line.startswith("nic ")]
+    rxe = [tuple(line.split()[1:]) for line in lines if line.startswith("rxe ")]
+    ends = [end for _rail, _side, end in lab._node_rails(2)]
+    assert names == ["enP7s7", *[e.netdev for e in ends]]
+    assert rxe == [(e.netdev, e.hca) for e in ends]
+
+
+def test_every_node_gets_its_own_address_in_the_inventory(lab):
+    import yaml
+
+    lab._write_inventory()
+    hosts = yaml.safe_load((lab.inventory_dir / "hosts.yml").read_text())
+    cluster = hosts["all"]["children"]["cluster"]["children"]
+    head = cluster["head"]["hosts"]["spark1"]
+    worker = cluster["workers"]["hosts"]["spark2"]
+    assert (head["ansible_host"], head["ansible_port"]) == ("127.0.23.11", 40001)
+    assert (worker["ansible_host"], worker["ansible_port"]) == ("127.0.23.12", 40002)
+    assert (lab.inventory_dir / "group_vars/all/10-host.yml").exists()  # the VM lab's own overrides
+
+
+def test_a_container_lab_of_that_name_is_refused(tmp_path):
+    state = tmp_path / ".lab" / "unit-c" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"topology": "tp2"}')
+    with pytest.raises(LabError, match="is a container lab"):
+        VmLab(name="unit-c", project_dir=tmp_path)
+
+
+def test_the_disk_image_key_follows_its_inputs(monkeypatch):
+    before = image.image_tag()
+    assert image.image_tag() == before  # the same inputs, the same cached disk
+    original = image.packages
+    monkeypatch.setattr(image, "packages", lambda: [*original(), "htop"])
+    assert image.image_tag() != before
+    monkeypatch.setattr(image, "packages", original)
+    monkeypatch.setitem(image.GRUB_DEFAULTS, "GRUB_TIMEOUT", "5")
+    assert image.image_tag() != before
