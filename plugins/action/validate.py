@@ -154,6 +154,8 @@ class ActionModule(ActionBase):
                 return "later", None  # the role's own default, computed from facts when the role runs
             return "error", f"{name}={show(raw)} cannot be evaluated: {exc.message.splitlines()[0]}"
         except AnsibleError as exc:
+            if name in defaults and str(raw) == str(defaults[name]) and names_any(str(raw), self.carried_bad):
+                return "later", None  # the role's default, from a variable an earlier role refused (said why)
             return "error", f"{name}={show(raw)} cannot be evaluated: {exc.message.splitlines()[0]}"
 
     def _from_bad(self, name: str, bad: set[str]) -> bool:

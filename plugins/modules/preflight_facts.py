@@ -78,7 +78,7 @@ listening:
 """
 
 
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import read_cap
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import STATE_DIR, read_cap
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
 
@@ -109,7 +109,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "weights_path": {"type": "path", "required": True},
-            "gpu_clock_state_file": {"type": "path", "default": "/var/lib/sparkfleet/clocks/gpu.conf"},
+            "gpu_clock_state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/gpu.conf"},
             "engine_container": {"type": "str", "default": "sparkfleet-engine"},
             "ports": {"type": "list", "elements": "int", "default": []},
             "docker": {"type": "str", "default": "docker"},
