@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from ansible.plugins.action.reboot import ActionModule as RebootAction
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import duration
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import reboot_action
 from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.progress import (
     PROGRESS_DATA_KEY,
     PROGRESS_KEY,
@@ -20,9 +21,9 @@ STEPS = {
 }
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+# ansible.builtin.reboot's class: its two steps overridden below are internals
+# (plugin_utils/ansible_private.py, seam 2: REBOOT_STEPS)
+RebootAction = reboot_action()
 
 
 class ActionModule(RebootAction):
@@ -55,7 +56,7 @@ class ActionModule(RebootAction):
             {
                 "started": 1,
                 "finished": 1 if last else 0,
-                PROGRESS_KEY: f"reboot: {note} ({_duration(waited)})",
+                PROGRESS_KEY: f"reboot: {note} ({duration(waited)})",
                 PROGRESS_DATA_KEY: {"label": "reboot", "elapsed_s": round(waited, 1)},
             },
         )

@@ -29,6 +29,7 @@ from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import as_int, check_kind
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import task_role
 
 PLACEHOLDER = "CHANGE-ME"
 _ROLE_CACHE: dict[tuple, tuple[dict, dict, dict, dict]] = {}
@@ -127,10 +128,10 @@ class ActionModule(ActionBase):
 
     # ---- values ------------------------------------------------------------------------------
     def _role_files(self) -> tuple[str, dict, dict]:
-        role = getattr(self._task, "_role", None)
+        role = task_role(self._task)  # Task._role: plugin_utils/ansible_private.py, seam 3
         if role is None:
             raise AnsibleError("sparkfleet.cluster.validate runs inside a role (tasks/validate.yml)")
-        path = Path(role._role_path)
+        path, role_name = Path(role[0]), role[1]
         specs = (
             yaml.safe_load((path / "meta/argument_specs.yml").read_text())
             if (path / "meta/argument_specs.yml").exists()
@@ -140,7 +141,7 @@ class ActionModule(ActionBase):
         options = ((specs or {}).get("argument_specs") or {}).get(entry, {}).get("options") or {}
         defaults_file = path / "defaults/main.yml"
         defaults = yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else {}
-        return role.get_name(), options, defaults or {}
+        return role_name, options, defaults or {}
 
     def _value(self, name: str, task_vars: dict, defaults: dict) -> tuple[str, Any]:
         """('ok', value) | ('unset', None) | ('later', None): a default that needs facts | ('error', msg)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import send_async_poll
+
 PROGRESS_KEY = "sparkfleet_progress"  # one line of text
 PROGRESS_DATA_KEY = "sparkfleet_progress_data"  # numbers: label, unit, done, total, rate, eta_s, parts
 
@@ -19,26 +21,10 @@ def report(task: Any, result: dict[str, Any]) -> bool:
     """Send `result` as an async-poll event of `task` on the current worker's host.
 
     Returns False when that is not possible (not in a worker process, or an ansible-core whose
-    internals differ): the caller then falls back to Display.
+    internals differ): the caller then falls back to Display. The worker's queue and the raw task result
+    are ansible-core internals: plugin_utils/ansible_private.py, seam 1.
     """
-    try:
-        from ansible.executor.process import worker as _worker
-        from ansible.executor.task_result import _RawTaskResult
-    except ImportError:
-        return False
-    current = getattr(_worker, "current_worker", None)
-    queue = getattr(current, "_final_q", None)
-    host = getattr(current, "_host", None)
-    if current is None or queue is None or host is None:
-        return False
-    try:
-        queue.send_callback(
-            "v2_runner_on_async_poll",
-            _RawTaskResult(host=host, task=task, return_data=dict(result), task_fields=task.dump_attrs()),
-        )
-    except Exception:  # progress is best effort; the wait itself goes on
-        return False
-    return True
+    return send_async_poll(task, result)
 
 
 def from_status_file(status: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 
 from ansible.utils.display import Display
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import patch_mitogen_scan
 
 DOCUMENTATION = r"""
 name: sparkfleet
@@ -64,31 +65,6 @@ def _is_collection_util(entry: tuple[str, str, bool]) -> bool:
     return entry[0].startswith(COLLECTIONS + ".") and MODULE_UTILS in entry[0]
 
 
-def _patch_mitogen(module_finder, service) -> None:
-    """Collection module_utils into mitogen's scan, and into its "builtin" (import before the task) list."""
-    if getattr(module_finder.scan, "sparkfleet", False):
-        return
-    scan = module_finder.scan
-    builtin_names, custom_tups = service._get_builtin_names, service._get_custom_tups
-
-    def _scan(module_name, module_path, search_path):
-        found = set(scan(module_name, module_path, search_path))
-        found.update(collection_module_utils(module_path, module_finder.walk_imports))
-        return sorted(found)
-
-    def _builtin_names(self, builtin_path, resolved):
-        ours = [entry[0] for entry in resolved if _is_collection_util(entry)]
-        return builtin_names(self, builtin_path, [e for e in resolved if not _is_collection_util(e)]) + ours
-
-    def _custom_tups(self, builtin_path, resolved):
-        return custom_tups(self, builtin_path, [e for e in resolved if not _is_collection_util(e)])
-
-    _scan.sparkfleet = True
-    module_finder.scan = _scan
-    service._get_builtin_names = _builtin_names
-    service._get_custom_tups = _custom_tups
-
-
 try:
     from ansible_mitogen import module_finder
     from ansible_mitogen.plugins.strategy.mitogen_linear import StrategyModule
@@ -100,7 +76,7 @@ except ImportError:  # plain Ansible without mitogen (an execution environment b
         "sparkfleet: the mitogen package is not installed; running with ansible's linear strategy "
         "(the same result, slower: install requirements/lock.txt)"
     )
-else:
-    _patch_mitogen(module_finder, ModuleDepService)
+else:  # mitogen internals: plugin_utils/ansible_private.py, seam 4
+    patch_mitogen_scan(module_finder, ModuleDepService, collection_module_utils, _is_collection_util)
 
 __all__ = ["StrategyModule"]

@@ -453,7 +453,12 @@ def test_strategy_puts_them_on_the_list_mitogen_imports_before_a_task():
         def _get_custom_tups(self, builtin_path, resolved):
             return [entry for entry in resolved if not entry[1].startswith(builtin_path)]
 
-    strategy._patch_mitogen(FakeFinder, FakeService)
+    def patch():
+        strategy.patch_mitogen_scan(
+            FakeFinder, FakeService, strategy.collection_module_utils, strategy._is_collection_util
+        )
+
+    patch()
     resolved = FakeFinder.scan("m", str(MODULES / "weights_rank.py"), ())
     builtin = FakeService()._get_builtin_names("/ansible/module_utils", resolved)
     assert builtin == [
@@ -463,5 +468,5 @@ def test_strategy_puts_them_on_the_list_mitogen_imports_before_a_task():
         f"{OWN}.weights",
     ]
     assert FakeService()._get_custom_tups("/ansible/module_utils", resolved) == []  # no fork, nothing pushed
-    strategy._patch_mitogen(FakeFinder, FakeService)  # patching twice changes nothing
+    patch()  # patching twice changes nothing
     assert FakeFinder.scan("m", str(MODULES / "weights_rank.py"), ()) == resolved
