@@ -167,7 +167,11 @@ class VmLab:
         for host in self.hosts:
             self.wait_ssh(host)
             if host in started:
-                self.say(f"{host}: booted, SSH answers after {time.monotonic() - started[host]:.0f} s")
+                self.say(f"{host}: SSH answers after {time.monotonic() - started[host]:.0f} s")
+        for host in self.hosts:
+            self.wait_booted(host)
+            if host in started:
+                self.say(f"{host}: booted (systemd finished) after {time.monotonic() - started[host]:.0f} s")
         self._write_inventory()
         self.say(self.describe())
         return 0
@@ -201,6 +205,8 @@ class VmLab:
             "-m",
             str(MEMORY_MIB),
             "-display",
+            "none",
+            "-vga",
             "none",
             "-monitor",
             "none",
@@ -326,6 +332,17 @@ class VmLab:
                     f"console {self.console_log(host)}"
                 )
             time.sleep(2)
+
+    def wait_booted(self, host: str, timeout: float = BOOT_TIMEOUT_S) -> None:
+        """Until systemd has finished booting (the first boot's update-grub included: a playbook must not
+        race it for /boot/grub/grub.cfg)."""
+        cmd = f"timeout {int(timeout)} systemctl is-system-running --wait"
+        state = self.ssh(host, cmd, check=False, timeout=timeout + 30).strip()
+        if state == "degraded":
+            failed = self.ssh(host, "systemctl --failed --no-legend --plain", check=False).strip()
+            self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
+        elif state != "running":
+            raise LabError(f"{host} did not finish booting within {timeout:.0f} s (state {state!r})")
 
     # ---- inventory -----------------------------------------------------------------------
     def _write_inventory(self) -> None:
