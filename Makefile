@@ -11,11 +11,12 @@ TOPOLOGY ?= tp3
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: help host venv lab lab-down lab-status lint unit checks images labctl molecule test bench lock clean
+.PHONY: help host venv lab lab-down lab-status lint unit checks images labctl molecule test test-vm bench lock clean
 
 help:
 	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
 	@echo "make test       lint + unit tests + molecule scenarios (the CI command)"
+	@echo "make test-vm    the VM lab's scenario (qemu guests: real kernel, GRUB, reboots); not in make test"
 	@echo "make bench      benchmarks, each printing a ratio measured side by side"
 	@echo "make lab-down   remove the lab's containers, networks and keys"
 
@@ -67,6 +68,12 @@ labctl: host venv
 # images, then labctl and molecule, with `checks` (lint, unit) beside them: scripts/test-all.sh
 test: host venv
 	scripts/test-all.sh
+
+# The VM lab's scenario (molecule/vm: qemu guests with real kernels, GRUB and reboots); not part of `test`
+# (README "The VM lab" says when to run it). Installs qemu and the disk-build tools if missing.
+test-vm: venv
+	scripts/ensure-vm-host.sh
+	MOLECULE_SCENARIOS=vm MOLECULE_PARALLEL=0 scripts/run-molecule.sh
 
 bench: host venv
 	$(PY) -m bench
