@@ -19,6 +19,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs imp
     seconds_since,
     summarize,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import minutes
 
 
 def probe(client: Client, model: str) -> dict:
@@ -116,7 +117,7 @@ class Rank0:
             running = float(seconds_since(str(info.get("StartedAt") or "")) or 0)
             state["state"] = "loading"
             state["detail"] = (
-                f"loading, {int(running // 60)} min of the ~{self.first_start} the first start takes"
+                f"loading, {minutes(running)} of the ~{self.first_start} the first start takes"
                 + (f": {log['last']}" if log.get("last") else "")
             )
         return ""

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_container import COMMIT_LABEL
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import minutes, text_table
 
 
 def short_commit(value: object) -> str:
@@ -21,15 +22,7 @@ def short_commit(value: object) -> str:
 
 def status_table(rows: list[dict], columns: list[list[str]]) -> list[str]:
     """Fixed-width text table: columns are [key, header] pairs; missing values show as '-'."""
-    cells = [
-        [str(row.get(key) if row.get(key) not in (None, "") else "-") for key, _ in columns] for row in rows
-    ]
-    heads = [head for _, head in columns]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    line = "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip() for cell in cells]
-    return out
+    return text_table([head for _, head in columns], [[row.get(key) for key, _ in columns] for row in rows])
 
 
 def _unit_text(unit: Mapping) -> str:
@@ -144,13 +137,6 @@ def _clock_text(clock: Mapping) -> str:
     return text
 
 
-def _minutes(seconds: object) -> str:
-    try:
-        return f"{int(float(seconds) // 60)} min"
-    except (TypeError, ValueError):
-        return "?"
-
-
 def _log_text(node: Mapping, rank: int) -> str:
     """The ENGINE column: what the rank's own log says."""
     log = node.get("log") or {}
@@ -158,7 +144,7 @@ def _log_text(node: Mapping, rank: int) -> str:
     if not phase or node.get("unreachable"):
         return "-"
     if phase == "loading":
-        return f"loading ({_minutes(node.get('container', {}).get('running_s'))})"
+        return f"loading ({minutes(node.get('container', {}).get('running_s'))})"
     if phase == "following":
         return "following rank 0"
     return str(phase)
@@ -169,7 +155,7 @@ def _api_text(api: Mapping, head: Mapping, first_start: object) -> str:
     if state == "down" and (head.get("container") or {}).get("running"):
         log = head.get("log") or {}
         if log.get("phase") in ("loading", "starting"):
-            running = _minutes((head.get("container") or {}).get("running_s"))
+            running = minutes((head.get("container") or {}).get("running_s"))
             return f"loading, {running} of the ~{first_start}"
     return str(state)
 

@@ -16,6 +16,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import duration
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
 
 CHUNK = 8 << 20  # hashlib drops the GIL for big updates, so threads hash on every core
 MAX_HEADER = 100 << 20
@@ -44,23 +46,6 @@ def run_module(module, run, known: tuple[type[Exception], ...] = (WeightsError,)
     except Exception as exc:
         module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
     module.exit_json(**result)
-
-
-# ---- sizes and formatting -----------------------------------------------------------------
-def human(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 # ---- hashing ------------------------------------------------------------------------------
@@ -359,7 +344,7 @@ class Progress:
         rate = self.rate() if rate is None else rate
         pct = 100.0 * self.done / self.total if self.total else 100.0
         left = max(0, self.total - self.done)
-        eta = duration(left / rate) if rate > 0 and left else ("0m00s" if not left else "?")
+        eta = duration(left / rate) if rate > 0 and left else (duration(0) if not left else "?")
         text = (
             f"{self.phase}: {human(self.done)} / {human(self.total)} ({pct:.1f}%), "
             f"{human(rate)}/s, ETA {eta}, files {self.files_done}/{self.total_files}"

@@ -4,7 +4,8 @@ Outside Ansible, `ansible_collections.sparkfleet.cluster...` imports only once A
 installed (sparkfleet.ansible_inprocess), and a package imported before it makes the loader refuse it later.
 So a module_utils without imports of its own is loaded here from this checkout's plugins/module_utils by its
 path, once, under a private name. `CONSTANTS` is plugins/module_utils/cluster_constants.py: the topologies and
-node counts, the engine's ports, the state directory.
+node counts, the engine's ports, the state directory; `TEXT_FORMAT` is text_format.py: durations, byte counts
+and text tables written as the roles write them.
 """
 
 from __future__ import annotations
@@ -33,3 +34,4 @@ def module_utils(name: str) -> ModuleType:
 
 
 CONSTANTS = module_utils("cluster_constants")
+TEXT_FORMAT = module_utils("text_format")

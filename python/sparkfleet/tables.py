@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparkfleet.collection import TEXT_FORMAT
+
 CLI_TABLES_VAR = "sparkfleet_cli_tables"
 
 # engine_status row keys -> headers (the role's own report uses the same words)
@@ -28,22 +30,8 @@ ENGINE_HEADERS = {
 }
 
 
-def _cell(value: Any) -> str:
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
-def text_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
-    """Fixed-width columns, two spaces apart, a rule under the headers."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    return out
+# the roles' own table renderer (plugins/module_utils/text_format.py): fixed-width columns, '-' for nothing
+text_table = TEXT_FORMAT.text_table
 
 
 def engine_status_table(data: dict[str, Any]) -> str:

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkfleet.collection import TEXT_FORMAT
+
 if TYPE_CHECKING:
     from sparkfleet.runner import Failure, RunResult
 
@@ -19,23 +21,9 @@ def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text).replace("\r", "")
 
 
-def fmt_duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    total = int(seconds)
-    if total < 3600:
-        return f"{total // 60}m{total % 60:02d}s"
-    return f"{total // 3600}h{total % 3600 // 60:02d}m"
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal units, as the weights role prints them (1 GB = 10^9 bytes)."""
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
+# durations and byte counts written as the roles write them (plugins/module_utils/text_format.py)
+fmt_duration = TEXT_FORMAT.duration
+fmt_bytes = TEXT_FORMAT.size
 
 
 def _text(value: Any) -> str:

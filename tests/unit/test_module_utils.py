@@ -429,7 +429,7 @@ def test_strategy_finds_the_collection_module_utils_a_module_needs():
         assert all(Path(path).is_file() and not pkg for _name, path, pkg in found)
         return [name.rsplit(".", 1)[1] for name, _path, _pkg in found]
 
-    assert names("weights_fetch") == ["fileio", "weights"]  # fileio through weights too
+    assert names("weights_fetch") == ["fileio", "text_format", "weights"]  # the first two through weights
     assert names("host_status") == ["boot", "clock_state", "cluster_constants", "fileio", "node"]
     assert names("sysctl") == []
 
@@ -465,6 +465,7 @@ def test_strategy_puts_them_on_the_list_mitogen_imports_before_a_task():
         "ansible.module_utils.basic",
         f"{OWN}.disk",
         f"{OWN}.fileio",
+        f"{OWN}.text_format",
         f"{OWN}.weights",
     ]
     assert FakeService()._get_custom_tups("/ansible/module_utils", resolved) == []  # no fork, nothing pushed
