@@ -7,6 +7,8 @@
                      systemd_exec, env_file
   engine_status      (plugins/module_utils/engine_status.py)    the status table: status_rows, status_lines,
                      rank_problem, status_table, short_commit
+  engine_flags       (plugins/module_utils/engine_flags.py)     each engine version's serve flags, and each
+                     rank's command line parsed with them: command_line_problems
 
 A filter plugin file cannot import another one, so the code lives in module_utils, which filters, modules
 and tests import alike. Pure functions: unit-tested in tests/unit/test_engine_spec.py.
@@ -21,6 +23,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_containe
     env_file,
     systemd_exec,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_flags import command_line_problems
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_profile import (
     cache_problems,
     extra_arg_problems,
@@ -65,6 +68,7 @@ class FilterModule:
             "engine_profile_serves": profile_serves,
             "engine_setting_problems": setting_problems,
             "engine_extra_arg_problems": extra_arg_problems,
+            "engine_command_line_problems": command_line_problems,
             "engine_cache_problems": cache_problems,
             "engine_rank_args": rank_args,
             "systemd_exec": systemd_exec,

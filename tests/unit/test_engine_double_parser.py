@@ -1,6 +1,7 @@
 """The engine double's `tensorfold serve` parser against tables transcribed from the real parser.
 
-Transcribed by hand from sfxnz/TensorFold src/tensorfold/cli_args.py at
+The tables (plugins/module_utils/engine_flags.py, where preflight parses each rank's command line with them)
+are transcribed by hand from sfxnz/TensorFold src/tensorfold/cli_args.py at
 2258b00d1bbd74cae23d227f6cf41de946e49451 (engine 0.6.4) and at
 dc971a2c47b9d29622e0b7f69b0708418694d700 (0.6.6): every serve flag in the real order, with its action,
 type, choices and default. The TP3 recipe's engine is not public: its table is 0.6.6's with --tp 1,2,3
@@ -12,85 +13,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_flags import BOOL, SERVE_FLAGS
 from sparkfleet_lab import engine as engine_repo
 from sparkfleet_lab.engine.tensorfold import cli_args
 
-S = argparse.SUPPRESS
-SNAPSHOTS = str(Path.home() / ".cache" / "tensorfold" / "prefix-snapshots")
-BOOL = "BooleanOptionalAction"
-
-# (flag, action, type, choices, default)
-COMMON_HEAD = [
-    ("model", "store", None, None, None),
-    ("--host", "store", None, None, "127.0.0.1"),
-    ("--port", "store", int, None, 8080),
-    ("--name", "store", None, None, ""),
-    ("--alias", "append", None, None, []),
-]
-KEYS_066 = [
-    ("--name-priority", "append", None, None, []),
-    ("--api-key", "append", None, None, []),
-    ("--api-key-file", "store", None, None, None),
-    ("--metrics-open", "store_true", None, None, False),
-]
-COMMON_TAIL = [
-    ("--vision", "store_true", None, None, False),
-    ("--vision-urls", "store_true", None, None, False),
-    ("--vision-offload", "store_true", None, None, False),
-    ("--vision-max-images", "store", int, None, None),
-    ("--vision-image-tokens", "store", int, None, None),
-    ("--context", "store", int, None, None),
-    ("--max-tokens", "store", int, None, 4096),
-    ("--temperature", "store", float, None, None),
-    ("--top-p", "store", float, None, None),
-    ("--top-k", "store", int, None, None),
-    ("--min-p", "store", float, None, None),
-    ("--thinking", BOOL, None, None, True),
-    ("--reasoning-effort", "store", None, ("low", "medium", "high", "xhigh"), None),
-    ("--thinking-budget", "store", int, None, 0),
-    ("--no-drafts", "store_true", None, None, False),
-    ("--drafter", "store", None, None, "auto"),
-    ("--drafter-bits", "store", int, None, 4),
-    ("--mtp-drafts", "store", int, None, None),
-    ("--mtp-confidence", "store", float, None, None),
-    ("--lane-kernels", "store", None, ("auto", "on", "off"), "auto"),
-    ("--prompt-cache-gib", "store", float, None, None),
-    ("--checkpoint-slots", "store", int, None, None),
-    ("--spill-gib", "store", float, None, 0.0),
-    ("--snapshot-dir", "store", None, None, SNAPSHOTS),
-    ("--max-snapshots", "store", int, None, 3),
-    ("--parallel", "store", None, None, "auto"),
-    ("--decode-share", "store", float, None, None),
-    ("--prefill-pass", "store", int, None, 8),
-    ("--pass-cache-gib", "store", float, None, 16.0),
-    ("--mlx-cache-gib", "store", float, None, 8.0),
-    ("--ssd-experts", "store", float, None, None),
-    ("--ple-on-ssd", "store_true", None, None, False),
-    ("--no-update-check", "store_true", None, None, False),
-    ("--backend", "store", None, ("auto", "mlx", "cuda"), "auto"),
-]
-
-
-def cuda(tp: tuple, rank: tuple) -> list[tuple]:
-    return [
-        ("--tp", "store", int, tp, 1),
-        ("--rank", "store", int, rank, 0),
-        ("--master", "store", None, None, ""),
-        ("--master-port", "store", int, None, 29551),
-        ("--kv-dtype", "store", None, ("bf16", "int8", "int4"), "bf16"),
-        ("--prefill-fp8", BOOL, None, None, S),
-        ("--precision", "store", None, ("checkpoint", "full"), S),
-    ]
-
-
-REAL = {
-    "0.6.4": COMMON_HEAD + COMMON_TAIL + cuda((1, 2), (0, 1)),
-    "0.6.6": COMMON_HEAD + KEYS_066 + COMMON_TAIL + cuda((1, 2, 4), (0, 1, 2, 3)),
-    "tp3-recipe": COMMON_HEAD + KEYS_066 + COMMON_TAIL + cuda((1, 2, 3), (0, 1, 2)),
-}
+REAL = SERVE_FLAGS  # (flag, action, type, choices, default), transcribed from the real parsers
 ACTIONS = {
     "_StoreAction": "store",
     "_StoreTrueAction": "store_true",

@@ -365,6 +365,18 @@ CASES = [
      "engine_service_kv_pool_tokens=8388608: the engine of profile dsv41-fork-0.6.6 has no flag or variable"),
     ("extra-arg-prefix-of-a-passed-flag", "tp2", set_var("other", engine_service_extra_args=["--cont", "5"]),
      "engine_service_extra_args has --cont (the engine reads it as --context), which sparkfleet passes"),
+    # each rank's command line through the profile's engine parser (argparse's own words)
+    ("extra-arg-value-the-engine-refuses", "tp2",
+     set_var("other", engine_service_extra_args=["--kv-dtype", "fp3"]),
+     "engine_service_extra_args: the engine of this profile (tensorfold 0.6.6) would refuse the command line"
+     " of every rank and exit at once: tensorfold serve: error: argument --kv-dtype: invalid choice: 'fp3'"),
+    ("extra-arg-flag-the-engine-lacks", "tp3",
+     set_var("other", engine_service_extra_args=["--max-num-seqs", "4"]),
+     "(tensorfold tp3-recipe) would refuse the command line of every rank and exit at once: tensorfold:"
+     " error: unrecognized arguments: --max-num-seqs 4"),
+    ("extra-arg-without-its-value", "tp2", set_var("other", engine_service_extra_args=["--drafter"]),
+     "engine_service_extra_args: the engine of this profile (tensorfold 0.6.6) would refuse the command line"
+     " of every rank and exit at once: tensorfold serve: error: argument --drafter: expected one argument"),
     ("template-fix-for-an-engine-without-templates", "tp2",
      set_var("other", model_weights_chat_template_patch="chat_template-thinking-off.patch"),
      "model_weights_chat_template_patch=chat_template-thinking-off.patch: the engine of profile dsv41-fork"),
