@@ -434,6 +434,13 @@ class VmLab:
             else:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        if self.state.get("topology"):
+            from sparkfleet import runner
+
+            facts = runner.fact_cache_env(self.inventories).get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
+            if facts and Path(facts).is_dir():
+                self.say(f"removing {facts} (the facts Ansible cached of this lab's nodes)")
+                shutil.rmtree(facts)
         if self.state_dir.exists():
             self.say(f"removing {self.state_dir} (disks, keys, inventory, consoles)")
             shutil.rmtree(self.state_dir)
