@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-from sparkfleet import cli
+from sparkfleet import cli, cli_parser
 from sparkfleet.api import PLAYBOOKS
 from sparkfleet.runner import RunnerError, find_project
 
@@ -200,7 +200,7 @@ def test_lab_images_reports_a_failed_build(monkeypatch: pytest.MonkeyPatch, caps
 
 
 def test_lab_hook_tolerates_a_missing_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(cli_parser.importlib.util, "find_spec", lambda name: None)
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert "lab" not in subparsers.choices and "up" in subparsers.choices
