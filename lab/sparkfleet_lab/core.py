@@ -12,60 +12,36 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from sparkfleet_lab import docker as d
-from sparkfleet_lab import image, registry, topology
+from sparkfleet_lab import image, topology
+from sparkfleet_lab.lab_base import (
+    LABEL,
+    MGMT_IFACE,
+    NAME_RE,
+    NODE_USER,
+    LabError,
+    NodeInfo,
+    default_project_dir,
+)
+from sparkfleet_lab.lab_base import say as _say
+from sparkfleet_lab.lab_hub import LabHub
+from sparkfleet_lab.lab_network import LabNetwork
+from sparkfleet_lab.lab_nodes import LabNodes
 
-LABEL = "io.sparkfleet_lab"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
-MGMT_IFACE = "enP7s7"
-NODE_USER = "spark"
-HUB_PORTS = {"hf": 8080, "registry": 5000, "git": 9418}
-ENGINE_BASE_REPO = "sparkfleet-lab/engine-base"
-
-
-def default_project_dir() -> Path:
-    env = os.environ.get("SPARKFLEET_PROJECT")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "site.yml").is_file() and (parent / "ansible.cfg").is_file():
-            return parent
-    raise RuntimeError("cannot find the sparkfleet checkout (site.yml + ansible.cfg); set SPARKFLEET_PROJECT")
-
-
-class LabError(RuntimeError):
-    pass
+# What the lab shares is sparkfleet_lab.lab_base; its networks, hub and nodes are the three parts Lab is built
+# from. Other modules and tests import these names from here.
+__all__ = ["LABEL", "NAME_RE", "Lab", "LabError", "NodeInfo", "default_project_dir"]
 
 
-@dataclass
-class NodeInfo:
-    host: str
-    node: int
-    container: str
-    mgmt_ip: str
-    state: str = "absent"
-    rails: list[dict] = field(default_factory=list)
-
-
-def _say(msg: str) -> None:
-    print(f"lab: {msg}", file=sys.stderr, flush=True)
-
-
-class Lab:
+class Lab(LabNetwork, LabHub, LabNodes):
     def __init__(
         self,
         name: str | None = None,
@@ -169,34 +145,6 @@ class Lab:
         tmp.write_text(json.dumps(self.state, indent=2, sort_keys=True))
         tmp.replace(self.state_dir / "state.json")
 
-    # ---- addressing ----------------------------------------------------------------------
-    @property
-    def slot(self) -> int:
-        return int(self.state["slot"])
-
-    def mgmt_subnet(self, slot: int | None = None) -> str:
-        return f"10.250.{slot if slot is not None else self.slot}.0/24"
-
-    def mgmt_ip(self, node: int) -> str:
-        return f"10.250.{self.slot}.{10 + node}"
-
-    @property
-    def hub_ip(self) -> str:
-        return f"10.250.{self.slot}.2"
-
-    def rail_subnet(self, index: int) -> str:
-        return f"10.251.{self.slot}.{8 * index}/29"
-
-    def rail_ip(self, index: int, side: str) -> str:
-        return f"10.251.{self.slot}.{8 * index + (2 if side == 'a' else 3)}"
-
-    def rail_network(self, rail: topology.Rail) -> str:
-        return f"{self.prefix}-{rail.cable}-r{rail.rail}"
-
-    @property
-    def mgmt_network(self) -> str:
-        return f"{self.prefix}-mgmt"
-
     # ---- up ------------------------------------------------------------------------------
     def up(self, converge: bool = True, verify: bool = True) -> int:
         images = image.ensure_images()
@@ -217,374 +165,6 @@ class Lab:
         if rc == 0 and verify and (self.project_dir / "playbooks" / "verify.yml").exists():
             rc = self.run_playbook("playbooks/verify.yml")
         return rc
-
-    def _labels(self, role: str, **extra: str) -> list[str]:
-        out = ["--label", f"{LABEL}={self.name}", "--label", f"{LABEL}.role={role}"]
-        for k, v in extra.items():
-            out += ["--label", f"{LABEL}.{k}={v}"]
-        return out
-
-    def _ensure_networks(self) -> None:
-        if "slot" not in self.state:
-            self.state["slot"] = self._create_mgmt_network()
-            self._save_state()
-        elif d.inspect("network", self.mgmt_network) is None:
-            self._create_network(self.mgmt_network, self.mgmt_subnet(), mtu=1500, role="mgmt")
-        for rail in self.rails():
-            if d.inspect("network", self.rail_network(rail)) is None:
-                self._create_network(
-                    self.rail_network(rail),
-                    self.rail_subnet(rail.index),
-                    mtu=9000,
-                    role="rail",
-                    cable=rail.cable,
-                )
-        self._ensure_fabric_forwarding()
-
-    # Docker drops traffic on an --internal network whose addresses are not the network's own
-    # subnet (its isolation rules see bridged frames through br_netfilter). The fabric carries the
-    # addressing plan's subnets (10.12.1.0/24, ...), not Docker's placeholders, so the lab lets
-    # each rail bridge forward to itself, in DOCKER-USER (evaluated first), tagged with the lab's
-    # name so `down` removes exactly these rules. Nothing is routed between bridges.
-    def _rail_bridges(self) -> list[str]:
-        out = []
-        for rail in self.rails():
-            info = d.inspect("network", self.rail_network(rail))
-            if info:
-                name = (info.get("Options") or {}).get("com.docker.network.bridge.name")
-                out.append(name or f"br-{info['Id'][:12]}")
-        return out
-
-    def _fabric_rule(self, bridge: str) -> list[str]:
-        return [
-            "DOCKER-USER",
-            "-i",
-            bridge,
-            "-o",
-            bridge,
-            "-m",
-            "comment",
-            "--comment",
-            self.prefix,
-            "-j",
-            "ACCEPT",
-        ]
-
-    def _ensure_fabric_forwarding(self) -> None:
-        if shutil.which("iptables") is None or not _iptables("-n", "-L", "DOCKER-USER"):
-            return  # no Docker firewall chain: nothing drops the fabric's traffic
-        for bridge in self._rail_bridges():
-            if not _iptables("-C", *self._fabric_rule(bridge)):
-                _iptables("-I", *self._fabric_rule(bridge), check=True)
-
-    def _remove_fabric_forwarding(self) -> None:
-        if shutil.which("iptables") is None:
-            return
-        proc = subprocess.run(["iptables", "-S", "DOCKER-USER"], capture_output=True, text=True, check=False)
-        for line in proc.stdout.splitlines():
-            if f"--comment {self.prefix} " in line or f'--comment "{self.prefix}" ' in line:
-                rule = line.split()[1:]  # drop "-A"
-                _iptables("-D", *[part.strip('"') for part in rule])
-
-    def _create_network(self, name: str, subnet: str, mtu: int, role: str, **labels: str) -> None:
-        d.docker(
-            "network",
-            "create",
-            "--driver",
-            "bridge",
-            "--internal",  # no route to the internet: the hub is the lab's only "internet"
-            "--subnet",
-            subnet,
-            "-o",
-            f"com.docker.network.driver.mtu={mtu}",
-            *self._labels(role, **labels),
-            name,
-        )
-
-    def _create_mgmt_network(self) -> int:
-        used = set()
-        for net in d.ls("network", LABEL):
-            info = d.inspect("network", net) or {}
-            slot = (info.get("Labels") or {}).get(f"{LABEL}.slot")
-            if slot:
-                used.add(int(slot))
-        for slot in range(1, 250):
-            if slot in used:
-                continue
-            try:
-                self._create_network(
-                    self.mgmt_network, self.mgmt_subnet(slot), mtu=1500, role="mgmt", slot=str(slot)
-                )
-                return slot
-            except d.DockerError as exc:
-                if "overlap" in str(exc).lower() or "already exists" in str(exc).lower():
-                    continue
-                raise
-        raise LabError("no free lab slot (10.250.1-249.0/24 all in use)")
-
-    def _ensure_ssh_key(self) -> None:
-        if self.key_file.exists():
-            return
-        self.key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        subprocess.run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                f"sparkfleet-lab-{self.name}",
-                "-f",
-                str(self.key_file),
-            ],
-            check=True,
-        )
-
-    # ---- hub -----------------------------------------------------------------------------
-    def _prepare_hub_data(self) -> dict:
-        """Fill the hub's data directory; return the stand-in pins."""
-        hub = self.state_dir / "hub"
-        pins: dict = {}
-        for sub in ("hf", "wheels", "git", "registry"):
-            (hub / sub).mkdir(parents=True, exist_ok=True)
-        from sparkfleet_lab import engine
-        from sparkfleet_lab.hub import models, wheels
-
-        size_mb = int(os.environ.get("SPARKFLEET_LAB_MODEL_MB", "48"))
-        pins.update(models.generate(hub, self.topology, size_mb))
-        wheels.prepare(hub)
-        eng = engine.make_repo(hub / "git")
-        version = engine.VERSION_BY_TOPOLOGY[self.topology]  # the engine version the topology's profile runs
-        pins["engine"] = {
-            "repo": f"git://{self.hub_ip}/{eng['repo'].lstrip('/')}",
-            "commit": eng["commits"][version],
-        }
-        return pins
-
-    def _ensure_hub(self, images: image.Images) -> None:
-        if "pins" not in self.state:
-            self.state["pins"] = self._prepare_hub_data()
-            self._save_state()
-        info = d.inspect("container", self.hub_container)
-        if info is None:
-            self.say(f"starting hub {self.hub_container} at {self.hub_ip}")
-            d.docker(
-                "run",
-                "-d",
-                "--name",
-                self.hub_container,
-                "--hostname",
-                "hub",
-                *self._labels("hub"),
-                "--network",
-                self.mgmt_network,
-                "--ip",
-                self.hub_ip,
-                "--init",
-                "-e",
-                "PYTHONPATH=/opt/sparkfleet-lab/pkg",
-                "-v",
-                f"{self.project_dir / 'lab' / 'sparkfleet_lab'}:/opt/sparkfleet-lab/pkg/sparkfleet_lab:ro",
-                "-v",
-                f"{self.state_dir / 'hub'}:/srv/hub",
-                images.node,
-                "python3",
-                "-m",
-                "sparkfleet_lab.hub.main",
-                "--data",
-                "/srv/hub",
-            )
-        elif not info["State"]["Running"]:
-            d.docker("start", self.hub_container)
-        self._wait_http(f"http://{self.hub_ip}:{HUB_PORTS['registry']}/v2/", "hub registry")
-        self._wait_http(f"http://{self.hub_ip}:{HUB_PORTS['hf']}/", "hub web server")
-        if "base_image" not in self.state["pins"]:
-            tag = images.engine_base.split(":")[-1]
-            self.say(f"pushing {images.engine_base} to the hub registry")
-            digest = registry.push(
-                images.engine_base, f"{self.hub_ip}:{HUB_PORTS['registry']}", ENGINE_BASE_REPO, tag
-            )
-            self.state["pins"]["base_image"] = {
-                "name": f"{self.hub_ip}:{HUB_PORTS['registry']}/{ENGINE_BASE_REPO}",
-                "digest": digest,
-            }
-            self._save_state()
-
-    def _wait_http(self, url: str, what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url, timeout=3):  # noqa: S310 - the lab's own hub
-                    return
-            except urllib.error.HTTPError:
-                return  # it answered
-            except OSError as exc:
-                last = exc
-                time.sleep(0.5)
-        logs = d.docker("logs", "--tail", "30", self.hub_container, check=False)
-        raise LabError(f"{what} at {url} did not answer within {timeout:.0f} s ({last}); hub log:\n{logs}")
-
-    # ---- nodes ---------------------------------------------------------------------------
-    def _node_rails(self, node: int) -> list[tuple[topology.Rail, str, topology.End]]:
-        out = []
-        for rail in self.rails():
-            if rail.a.node == node:
-                out.append((rail, "a", rail.a))
-            if rail.b.node == node:
-                out.append((rail, "b", rail.b))
-        return out
-
-    def _ensure_nodes(self, node_image: str) -> None:
-        created = []
-        for n, host in enumerate(self.hosts, start=1):
-            name = self.container(host)
-            info = d.inspect("container", name)
-            if info is None:
-                self._create_node(n, host, node_image)
-                created.append(host)
-            elif not info["State"]["Running"]:
-                self.say(f"starting stopped node {name}")
-                d.docker("start", name)
-            elif info["Config"]["Image"] != node_image:
-                self.say(
-                    f"{name} runs {info['Config']['Image']}, the current node image is {node_image}: "
-                    f"`sparkfleet lab down --name {self.name}` and up again to use it"
-                )
-        for host in self.hosts:
-            self._wait_booted(host)
-        self._write_known_hosts()
-        for host in self.hosts:
-            self._wait_ssh(host)
-
-    def _create_node(self, n: int, host: str, node_image: str) -> None:
-        name = self.container(host)
-        self.say(f"creating node {name} ({self.mgmt_ip(n)})")
-        volume = f"{name}-docker"
-        d.docker("volume", "create", *self._labels("volume"), volume)
-        d.docker(
-            "create",
-            "--name",
-            name,
-            "--hostname",
-            host,
-            *self._labels("node", node=str(n)),
-            # A reboot inside a node ends its systemd (PID 1); Docker starts the container again,
-            # as a real Spark powers back on. `lab down` removes it whatever the policy.
-            "--restart",
-            "unless-stopped",
-            # systemd and a nested Docker engine without --privileged (docs/design.md "The lab")
-            "--cap-add",
-            "SYS_ADMIN",
-            "--cap-add",
-            "NET_ADMIN",
-            "--security-opt",
-            "seccomp=unconfined",
-            "--security-opt",
-            "apparmor=unconfined",
-            "--cgroupns",
-            "host",
-            "-v",
-            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-            "--tmpfs",
-            "/run:exec,mode=0755",
-            "--tmpfs",
-            "/run/lock",
-            "--tmpfs",
-            "/tmp:exec,mode=1777",
-            "-v",
-            f"{volume}:/var/lib/docker",
-            "--network",
-            self.mgmt_network,
-            "--ip",
-            self.mgmt_ip(n),
-            "--add-host",
-            f"hub:{self.hub_ip}",
-            node_image,
-        )
-        lines = [f"{self.mgmt_ip(n)} {MGMT_IFACE} keep"]
-        for rail, side, end in self._node_rails(n):
-            ip = self.rail_ip(rail.index, side)
-            d.docker("network", "connect", "--ip", ip, self.rail_network(rail), name)
-            lines.append(f"{ip} {end.netdev} flush")
-        d.put_file(name, "/etc/sparkfleet-lab/ifnames.conf", ("\n".join(lines) + "\n").encode())
-        pub = self.key_file.with_suffix(".pub").read_bytes()
-        d.put_file(name, f"/home/{NODE_USER}/.ssh/authorized_keys", pub, mode=0o600, uid=1000)
-        d.docker("start", name)
-
-    def _wait_booted(self, host: str, timeout: float = 120) -> None:
-        name = self.container(host)
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            # Right after a (re)start the container may not accept exec yet, or systemd's bus
-            # is not up: both give an empty answer, so ask again until the deadline.
-            left = max(1, int(deadline - time.monotonic()))
-            proc = subprocess.run(
-                ["docker", "exec", name, "timeout", str(left), "systemctl", "is-system-running", "--wait"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            state = proc.stdout.strip()
-            if state in ("running", "degraded"):
-                break
-            time.sleep(0.5)
-        if state == "running":
-            return
-        failed = d.exec_(name, ["systemctl", "--failed", "--no-legend", "--plain"], check=False).strip()
-        if state == "degraded":
-            self.say(f"{host}: systemd is degraded; failed units: {failed or '?'}")
-            if "docker.service" in failed:  # the nested Docker stores on overlay2 over the node's volume
-                self.say(
-                    f"{host}: its Docker did not start: the nodes' Docker uses overlay2 on a volume of the "
-                    "host's Docker, which needs the host's Docker root dir on a filesystem overlayfs can "
-                    f"stack on (ext4, xfs); see `docker exec {name} journalctl -u docker`"
-                )
-            return
-        raise LabError(
-            f"{host} did not finish booting within {timeout:.0f} s (state {state!r}); failed: {failed!r}"
-        )
-
-    def host_key(self, host: str) -> str:
-        return d.exec_(self.container(host), ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).split()[1]
-
-    def _write_known_hosts(self) -> None:
-        lines = []
-        for n, host in enumerate(self.hosts, start=1):
-            lines.append(f"{self.mgmt_ip(n)} ssh-ed25519 {self.host_key(host)}")
-        self.known_hosts.write_text("\n".join(lines) + "\n")
-        cfg = []
-        for n, host in enumerate(self.hosts, start=1):
-            cfg += [
-                f"Host {host} {self.container(host)}",
-                f"  HostName {self.mgmt_ip(n)}",
-                f"  User {NODE_USER}",
-                f"  IdentityFile {self.key_file}",
-                "  IdentitiesOnly yes",
-                f"  UserKnownHostsFile {self.known_hosts}",
-                "  StrictHostKeyChecking yes",
-                "  BatchMode yes",
-                "",
-            ]
-        self.ssh_config.write_text("\n".join(cfg))
-
-    def _wait_ssh(self, host: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            proc = subprocess.run(
-                ["ssh", "-F", str(self.ssh_config), "-o", "ConnectTimeout=5", host, "true"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise LabError(f"ssh to {host} failed: {proc.stderr.strip()}")
-            time.sleep(1)
 
     # ---- inventory -----------------------------------------------------------------------
     def _write_inventory(self) -> None:
@@ -658,40 +238,6 @@ class Lab:
         return env
 
     # ---- inspection ------------------------------------------------------------------------
-    def exec(self, host: str, *cmd: str, check: bool = True, user: str | None = None) -> str:
-        return d.exec_(self.container(host), list(cmd), check=check, user=user)
-
-    def nodes(self) -> list[NodeInfo]:
-        out = []
-        for n, host in enumerate(self.hosts, start=1):
-            name = self.container(host)
-            info = d.inspect("container", name)
-            node = NodeInfo(
-                host=host, node=n, container=name, mgmt_ip=self.mgmt_ip(n) if "slot" in self.state else "-"
-            )
-            if info:
-                node.state = info["State"]["Status"]
-            if info and info["State"]["Running"]:
-                out_addr = d.exec_(name, ["ip", "-o", "-4", "addr", "show"], check=False)
-                addrs = {}
-                for line in out_addr.splitlines():
-                    parts = line.split()
-                    addrs.setdefault(parts[1], []).append(parts[3])
-                for rail, _side, end in self._node_rails(n):
-                    mtu = (
-                        d.exec_(name, ["cat", f"/sys/class/net/{end.netdev}/mtu"], check=False).strip() or "?"
-                    )
-                    node.rails.append(
-                        {
-                            "netdev": end.netdev,
-                            "cable": rail.cable,
-                            "rail": rail.rail,
-                            "mtu": mtu,
-                            "addresses": addrs.get(end.netdev, []),
-                        }
-                    )
-            out.append(node)
-        return out
 
     def describe(self) -> str:
         lines = [f"lab {self.name} ({self.topology}), hub {self.hub_ip if 'slot' in self.state else '-'}"]
@@ -748,13 +294,6 @@ class Lab:
             # The hub's data was written by root inside the container; the controller may not be root.
             shutil.rmtree(self.state_dir)
         self.state = {}
-
-
-def _iptables(*args: str, check: bool = False) -> bool:
-    proc = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise LabError(f"iptables {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.returncode == 0
 
 
 def port_open(host: str, port: int, timeout: float = 2.0) -> bool:
