@@ -50,7 +50,8 @@ options:
     default: []
     description: "Listeners the engine will open on this node, each C({name, host, port}) (C(name): the
       variable that sets it): each is tried with a bind, closed at once, and C(binds) says which would fail
-      and why. A port in use is fine while sparkfleet's container runs (it is likely its own)."
+      and why. A port in use is traced to the processes listening on it: one inside sparkfleet's running
+      container is the engine's own and fine; anyone else's is named with its command and PID."
   wait_for_start:
     type: float
     default: 0
@@ -254,6 +255,7 @@ def parse_container(doc: dict | None, label: str) -> dict:
         "running_s": seconds_since(state.get("StartedAt", "")) if state.get("Running") else None,
         "finished_at": state.get("FinishedAt", ""),
         "image_id": doc.get("Image", ""),
+        "pid": state.get("Pid") or None,
         "labels": labels,
     }
 
@@ -414,9 +416,9 @@ def main() -> None:
     out["weights_partial"] = partial_copy(out["weights_paths"]["dir"])
     out["memlock_hard"] = memlock_limit(dockerd_proc("limits"))
     out["capabilities"] = bounding_caps(dockerd_proc("status"))
-    running = bool(out["container"].get("running"))
+    engine_pid = out["container"].get("pid") if out["container"].get("running") else None
     out["binds"] = [
-        {**b, "problem": bind_problem(str(b.get("host")), int(b.get("port", 0)), ours_listening=running)}
+        {**b, "problem": bind_problem(str(b.get("host")), int(b.get("port", 0)), engine_pid=engine_pid)}
         for b in p["binds"]
     ]
     out["clock"] = {

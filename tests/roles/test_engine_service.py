@@ -73,3 +73,24 @@ def test_a_value_only_the_engines_parser_refuses_changes_nothing(node, play):
     assert {h: (started_at(node, h), node(h).check_output(unit)) for h in ("spark1", "spark2")} == before
     again = play("playbooks/verify.yml")
     assert again.ok, again.failures
+
+
+def test_a_port_another_process_holds_while_the_engine_runs_is_refused(node, play):
+    """issue 21: while the engine runs, a new API port that another process listens on is traced to that
+    process (not taken to be the engine's) and refused before anything changes."""
+    head = node("spark1")
+    with head.sudo():
+        head.check_output(
+            "nohup python3 -m http.server 18123 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > /tmp/other.pid"
+        )
+    try:
+        before = {h: started_at(node, h) for h in ("spark1", "spark2")}
+        bad = play("playbooks/start.yml", extravars={"engine_service_port": 18123})
+        assert not bad.ok
+        msgs = " ".join(f.msg for f in bad.failures)
+        assert "port 18123 on 127.0.0.1 is in use by python3 (pid " in msgs, msgs
+        assert "not by the running engine" in msgs and "a running engine keeps running" in msgs, msgs
+        assert {h: started_at(node, h) for h in ("spark1", "spark2")} == before
+    finally:
+        with head.sudo():
+            head.run("kill $(cat /tmp/other.pid)")
