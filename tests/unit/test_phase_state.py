@@ -1,0 +1,159 @@
+"""plugins/modules/phase_state.py run the way Ansible runs it (JSON in, JSON out), and the digest of the
+action plugin of the same name: a record is clean only while its digest and every file, unit and kernel value
+it lists are unchanged; a stale record is removed before the apply (so an interrupted apply leaves none);
+check mode writes and removes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.sparkfleet.cluster.plugins.action import phase_state as action
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "plugins/modules/phase_state.py"
+
+# `systemctl show -p Id -p ActiveState -p UnitFileState -- a b`: one block per unit, blank line between, as
+# systemd prints it; the state of each unit is a file under $UNITS (active/enabled).
+FAKE_SYSTEMCTL = """#!/bin/sh
+[ "$1" = show ] || exit 1
+first=1
+for u in "$@"; do
+  case "$u" in *.service)
+    [ $first = 1 ] || echo
+    first=0
+    echo "Id=$u"
+    echo "ActiveState=$(cat "$UNITS/$u.active" 2>/dev/null || echo inactive)"
+    echo "UnitFileState=$(cat "$UNITS/$u.enabled" 2>/dev/null || echo)"
+  ;; esac
+done
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> dict:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bindir / "systemctl").chmod(0o755)
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "earlyoom.service.active").write_text("active\n")
+    (units / "earlyoom.service.enabled").write_text("enabled\n")
+    conf = tmp_path / "etc/default/earlyoom"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("EARLYOOM_ARGS=-m 5\n")
+    return {
+        "root": tmp_path,
+        "record": str(tmp_path / "phases/earlyoom.json"),
+        "conf": conf,
+        "units": units,
+        "env": {**os.environ, "UNITS": str(units), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+    }
+
+
+def run(node: dict, args: dict, check_mode: bool = False) -> dict:
+    payload = {"ANSIBLE_MODULE_ARGS": {"path": node["record"], **args, "_ansible_check_mode": check_mode}}
+    proc = subprocess.run(
+        [sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
+        check=False, env=node["env"],
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert not out.get("failed"), out
+    return out
+
+
+def record(node: dict, digest: str = "d1", check_mode: bool = False) -> dict:
+    args = {"state": "record", "digest": digest, "files": [str(node["conf"])], "units": ["earlyoom.service"]}
+    return run(node, args, check_mode)
+
+
+def read(node: dict, digest: str = "d1", check_mode: bool = False) -> dict:
+    return run(node, {"state": "read", "digest": digest}, check_mode)
+
+
+def test_no_record_is_not_clean(node: dict) -> None:
+    out = read(node)
+    assert out["clean"] is False
+    assert out["drift"] == ["no record of a successful apply"]
+
+
+def test_recorded_and_unchanged_is_clean_and_idempotent(node: dict) -> None:
+    assert record(node)["changed"] is True
+    assert record(node)["changed"] is False  # the same record: nothing written
+    out = read(node)
+    assert (out["clean"], out["drift"], out["changed"]) == (True, [], False)
+    assert json.loads(Path(node["record"]).read_text())["units"] == {
+        "earlyoom.service": {"active": "active", "enabled": "enabled"}
+    }
+
+
+@pytest.mark.parametrize(
+    ("disturb", "reason"),
+    [
+        (lambda n: n["conf"].write_text("EARLYOOM_ARGS=-m 1\n"), "sha256 changed"),
+        (lambda n: n["conf"].chmod(0o600), "mode changed"),
+        (lambda n: n["conf"].unlink(), "removed"),
+        (
+            lambda n: (n["units"] / "earlyoom.service.active").write_text("inactive\n"),
+            "active 'active' -> 'inactive'",
+        ),
+        (lambda n: (n["units"] / "earlyoom.service.enabled").write_text("disabled\n"), "enabled"),
+    ],
+    ids=["edited", "mode", "removed", "stopped", "disabled"],
+)
+def test_drift_is_found_and_the_stale_record_removed(node: dict, disturb, reason: str) -> None:
+    record(node)
+    disturb(node)
+    out = read(node)
+    assert out["clean"] is False
+    assert any(reason in line for line in out["drift"]), out["drift"]
+    assert not Path(node["record"]).exists()  # an apply that stops now leaves no record behind
+    assert read(node)["drift"] == ["no record of a successful apply"]
+
+
+def test_a_kernel_value_reset_is_drift(node: dict) -> None:
+    """A sysctl is a file under /proc/sys: recorded by content, a reset value shows (a stand-in path here:
+    the module reads it the same way)."""
+    value = node["root"] / "swappiness"
+    value.write_text("10\n")
+    run(node, {"state": "record", "digest": "d1", "files": [str(value)]})
+    assert read(node)["clean"] is True
+    value.write_text("60\n")
+    assert any(str(value) in line for line in read(node)["drift"])
+
+
+def test_another_digest_is_not_clean(node: dict) -> None:
+    record(node)
+    out = read(node, digest="d2")
+    assert out["clean"] is False
+    assert out["drift"] == ["the inputs changed (digest of the role's variables and files)"]
+
+
+def test_check_mode_writes_and_removes_nothing(node: dict) -> None:
+    assert record(node, check_mode=True)["changed"] is True
+    assert not Path(node["record"]).exists()
+    record(node)
+    assert read(node, digest="d2", check_mode=True)["clean"] is False
+    assert Path(node["record"]).exists()
+
+
+def test_absent_removes_the_record(node: dict) -> None:
+    record(node)
+    assert run(node, {"state": "absent"})["changed"] is True
+    assert not Path(node["record"]).exists()
+    assert run(node, {"state": "absent"})["changed"] is False
+
+
+def test_tree_digest_changes_with_any_file(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks/main.yml").write_text("- name: a\n")
+    first = action.tree_digest(tmp_path)
+    action._TREES.clear()
+    (tmp_path / "tasks/main.yml").write_text("- name: b\n")
+    assert action.tree_digest(tmp_path) != first
+    action._TREES.clear()
