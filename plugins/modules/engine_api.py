@@ -89,7 +89,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_ready im
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.json_schema import schema_errors
 
 # The HTTP client (module_utils/engine_client.py), the readiness wait (engine_ready.py), the checks
-# (engine_checks.py) and the JSON-schema subset (json_schema.py) are module_utils; tests import them from here.
+# (engine_checks.py) and the JSON-schema subset (json_schema.py) are module_utils; tests import them here.
 __all__ = ["CHECKS", "Client", "Rank0", "main", "probe", "schema_errors", "table", "verify", "wait"]
 
 
