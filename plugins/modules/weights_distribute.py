@@ -1,16 +1,17 @@
 #!/usr/bin/python
-# Head -> workers over the fabric: parallel rsync streams to every worker at once.
+# Head -> workers over the fabric: parallel streams (tcp, rsyncd or rsync over ssh) to every worker at once.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: weights_distribute
 short_description: Copy snapshot files from the head to all workers at once, over the fabric addresses
 description:
-  - For every worker, the files it lacks are spread over rsync streams (C(streams_per_address) per
+  - For every worker, the files it lacks are spread over streams (C(streams_per_address) per
     fabric address of the worker, so both rails of a cable carry data) and all streams of all workers
     run at the same time.
-  - rsync runs with C(--partial --partial-dir=.rsync-partial), so a cut-off file resumes from its part
-    (rsync's delta transfer uses the part as basis), finished files are skipped (size + mtime).
+  - Every transport keeps a cut-off file as a part in C(.rsync-partial) beside its final path and resumes
+    from it (tcp sends the rest, rsync's delta transfer uses the part as basis); finished files are skipped
+    (size + mtime).
     The source is the head's plain snapshot of hard links, so no hub-cache symlink reaches a worker.
   - Workers need no internet; they only receive over SSH from the head.
   - Writes a progress file (bytes, rate, ETA) for the role's wait action.
@@ -75,13 +76,12 @@ rate_bps:
   type: int
   returned: when files were copied
 streams:
-  description: How many rsync streams ran.
+  description: How many streams ran.
   type: int
   returned: when files were copied
 """
 
 import contextlib
-import dataclasses
 import os
 import re
 import secrets
@@ -91,6 +91,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import typing
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
@@ -529,8 +530,7 @@ def run(params: dict, check_mode: bool = False) -> dict:  # noqa: PLR0912 - plan
             d.stop()
 
 
-@dataclasses.dataclass
-class Where:
+class Where(typing.NamedTuple):
     """One stream's worker, user, fabric address, both ends' directories and the ssh command."""
 
     host: str
@@ -586,7 +586,7 @@ def per_worker(streams: list, sizes: dict[str, int], samples: dict[str, list], n
 
 def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> dict:
     progress = Progress(params.get("status_file"), "copy", total, sum(len(f) for f in todo.values()))
-    progress.detail = f"{len(streams)} rsync streams to {', '.join(sorted(todo))}"
+    progress.detail = f"{len(streams)} streams to {', '.join(sorted(todo))}"
     sizes: dict[str, int] = {}
     for s in streams:
         sizes[s.host] = sizes.get(s.host, 0) + sum(int(f["size"]) for f in s.files)
