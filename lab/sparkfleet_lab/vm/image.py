@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,7 +26,7 @@ OVERLAY = HERE / "overlay"
 SIM_DIR = HERE.parent / "sim"
 SUITE = container_image.SUITE
 MIRROR = container_image.MIRROR
-BUILDER_VERSION = "1"  # bump when the build procedure below changes (it is part of the content key)
+BUILDER_VERSION = "2"  # bump when the build procedure below changes (it is part of the content key)
 DISK_GIB = 4
 PART_START = 2048  # sectors: the first partition at 1 MiB, GRUB's core image in the gap before it
 NODE_USER = "spark"
@@ -151,11 +152,7 @@ def _bootstrap_grub_cfg(root: Path, uuid: str) -> None:
     skips a root on a loop device backed by a file (the build's); the guest runs update-grub at its first
     boot (sparkfleet-vm-grub.service), and from then on GRUB's configuration is Debian's, with every
     kernel."""
-    kernels = sorted(p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*"))
-    generic = [k for k in kernels if k.endswith("-amd64") and "-cloud-" not in k]
-    if not generic:
-        raise RuntimeError(f"no generic amd64 kernel in the guest's /boot: {kernels}")
-    release = generic[-1]
+    release = _generic_kernel(root)
     args = f"{GRUB_DEFAULTS['GRUB_CMDLINE_LINUX']} {GRUB_DEFAULTS['GRUB_CMDLINE_LINUX_DEFAULT']}".strip()
     (root / "boot/grub/grub.cfg").write_text(
         "# sparkfleet-vm-bootstrap: replaced by update-grub at the guest's first boot\n"
@@ -167,6 +164,14 @@ def _bootstrap_grub_cfg(root: Path, uuid: str) -> None:
         f"  initrd /boot/initrd.img-{release}\n"
         "}\n"
     )
+
+
+def _generic_kernel(root: Path) -> str:
+    kernels = sorted(p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*"))
+    generic = [k for k in kernels if k.endswith("-amd64") and "-cloud-" not in k]
+    if not generic:
+        raise RuntimeError(f"no generic amd64 kernel in the guest's /boot: {kernels}")
+    return generic[-1]
 
 
 def _install_grub(root: Path, disk: str) -> None:
@@ -201,14 +206,20 @@ def _configure(root: Path, uuid: str) -> None:
         dbus_id.unlink()
     for key in root.glob("etc/ssh/ssh_host_*"):
         key.unlink()  # the lab gives each node its host key (fw_cfg)
+    # GRUB boots the generic kernel, by its entry's id (update-grub's first entry is the highest version, and
+    # cloud-amd64 sorts after it); the NVIDIA modules' stand-in (sim/kernels.py: the files DGX OS's module
+    # package installs) for that kernel only, so reboot.yml's check of the next kernel sees what a Spark has
+    release = _generic_kernel(root)
+    default = f"gnulinux-advanced-{uuid}>gnulinux-{release}-advanced-{uuid}"
     grub = root / "etc/default/grub"
     text = grub.read_text()
-    for key, value in GRUB_DEFAULTS.items():
+    for key, value in {**GRUB_DEFAULTS, "GRUB_DEFAULT": default}.items():
         line = f'{key}="{value}"'
         lines = [ln for ln in text.splitlines() if not ln.startswith(f"{key}=")]
         text = "\n".join([*lines, line]) + "\n"
     grub.write_text(text)
     shutil.copytree(OVERLAY, root, dirs_exist_ok=True, symlinks=True)
+    _run([sys.executable, str(SIM_DIR / "kernels.py"), "install", release, "--root", str(root)])
     for netplan in (root / "etc/netplan").glob("*.yaml"):
         netplan.chmod(0o600)
     shutil.copytree(
