@@ -586,7 +586,10 @@ def per_worker(streams: list, sizes: dict[str, int], samples: dict[str, list], n
 
 def _copy(params: dict, streams: list, total: int, todo: dict, tmpdir: str) -> dict:
     progress = Progress(params.get("status_file"), "copy", total, sum(len(f) for f in todo.values()))
-    progress.detail = f"{len(streams)} streams to {', '.join(sorted(todo))}"
+    n = len(streams)
+    progress.detail = (
+        f"{n} {params.get('transport') or 'ssh'} stream{'s' if n != 1 else ''} to {', '.join(sorted(todo))}"
+    )
     sizes: dict[str, int] = {}
     for s in streams:
         sizes[s.host] = sizes.get(s.host, 0) + sum(int(f["size"]) for f in s.files)
