@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,10 @@ class ActionModule(ActionBase):
         values = {}
         for option in sorted(options):
             if option in task_vars:
-                values[option] = self._templar.template(task_vars[option])
+                try:
+                    values[option] = self._templar.template(task_vars[option])
+                except AnsibleError:  # a default computed from what the role reads on the node: as written
+                    values[option] = ["unresolved", str(task_vars[option])]
         inputs = self._task.args.get("inputs") or {}
         galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
         blob = canonical(

@@ -19,6 +19,9 @@ description:
     reader sees the old record or the new one, never a part). It is the last task of the apply.
   - C(state=absent) removes the record.
   - Reading never changes anything but the removal of a stale record; check mode writes and removes nothing.
+  - The action plugin of the same name computes O(digest) from the task's role and takes one more argument,
+    C(inputs) (a mapping of values the role depends on beyond its own options, e.g. the cluster plan), which
+    goes into the digest and is not passed to the node.
 options:
   path:
     type: path
