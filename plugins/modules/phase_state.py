@@ -19,9 +19,7 @@ description:
     reader sees the old record or the new one, never a part). It is the last task of the apply.
   - C(state=absent) removes the record.
   - Reading never changes anything but the removal of a stale record; check mode writes and removes nothing.
-  - The action plugin of the same name computes O(digest) from the task's role and takes one more argument,
-    C(inputs) (a mapping of values the role depends on beyond its own options, e.g. the cluster plan), which
-    goes into the digest and is not passed to the node.
+  - The action plugin of the same name computes O(digest) from the task's role and O(inputs).
 options:
   path:
     type: path
@@ -52,6 +50,12 @@ options:
     type: path
     default: systemctl
     description: The systemctl to ask (tests).
+  inputs:
+    type: dict
+    default: {}
+    description: >-
+      Values the role depends on beyond its own options (e.g. the cluster plan): the action plugin hashes them
+      into O(digest) on the controller and never sends them to the node (the module ignores them).
 author: sparkfleet developers
 """
 
@@ -173,6 +177,7 @@ def main() -> None:
             "files": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "systemctl": {"type": "path", "default": "systemctl"},
+            "inputs": {"type": "dict", "default": {}},  # hashed by the action plugin, never sent here
         },
         required_if=[("state", "read", ["digest"]), ("state", "record", ["digest"])],
         supports_check_mode=True,
