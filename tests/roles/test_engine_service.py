@@ -57,22 +57,44 @@ def test_an_address_rank_0_does_not_have_is_refused_before_anything_changes(node
     assert again.ok, again.failures
 
 
-def test_a_value_only_the_engines_parser_refuses_changes_nothing(node, play):
-    """issue 21: an extra argument whose value the engine's own parser refuses (argparse exits 2, the rank
-    would die at once) is found by that parser in the image, before the unit is written or a rank stopped:
-    the running ranks keep running (StartedAt unchanged), the units are as they were, the API answers."""
+def test_a_value_the_engine_refuses_is_refused_before_anything_changes(node, play):
+    """issue 21: an extra argument whose value the engine refuses (argparse would exit 2 and the rank die at
+    once) is refused by preflight's parse with the engine version's real flags, in argparse's words, before
+    any node is touched: the running ranks keep running (StartedAt unchanged), the units are as they were."""
     unit = "cat /etc/systemd/system/sparkfleet-engine.service"
     before = {h: (started_at(node, h), node(h).check_output(unit)) for h in ("spark1", "spark2")}
     bad = play("playbooks/start.yml", extravars={"engine_service_extra_args": ["--kv-dtype", "fp3"]})
     assert not bad.ok
     msgs = " ".join(f.msg for f in bad.failures)
-    assert "the engine's own parser refuses rank" in msgs and "a running engine keeps running" in msgs, msgs
-    # argparse's own words, from the parser in the image
-    assert "argument --kv-dtype: invalid choice: 'fp3'" in msgs, msgs
-    assert {f.host for f in bad.failures} == {"spark1", "spark2"}
+    assert "engine_service_extra_args: the engine of this profile (tensorfold 0.6.6) would refuse" in msgs, (
+        msgs
+    )
+    assert "tensorfold serve: error: argument --kv-dtype: invalid choice: 'fp3'" in msgs, msgs
+    assert "nothing was changed" in msgs, msgs
     assert {h: (started_at(node, h), node(h).check_output(unit)) for h in ("spark1", "spark2")} == before
-    again = play("playbooks/verify.yml")
-    assert again.ok, again.failures
+
+
+@pytest.mark.parametrize(
+    ("extra", "state", "words"),
+    [
+        ([], "ok", ""),
+        (
+            ["--kv-dtype", "fp3"],
+            "refused",
+            "tensorfold serve: error: argument --kv-dtype: invalid choice: 'fp3'",
+        ),
+        (["--no-such-flag"], "refused", "tensorfold: error: unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_the_images_own_parser_judges_the_command_line(play, extra, state, words):
+    """The check a start makes before it rewrites a unit or stops a rank (module engine_args): the engine's
+    own parser, in a throw-away container of the running rank 0's image, over its command line as it runs
+    now plus `extra`. The real docker and the image the role built."""
+    result = play("tests/lab/playbooks/engine_args.yml", extravars={"extra": extra})
+    assert result.ok, result.failures
+    verdict = result.data["engine_args"]
+    assert verdict["state"] == state and words in verdict["problem"], verdict
+    assert verdict["changed"] is False
 
 
 def test_a_port_another_process_holds_while_the_engine_runs_is_refused(node, play):
