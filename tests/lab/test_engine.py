@@ -142,6 +142,10 @@ def test_status_shows_every_rank_serving_the_pinned_commit(lab, play, started):
         assert row["unit"] == "active/running" and row["container"] == "running"
         assert row["commit"] == pin[:12]
         assert row["weights"].startswith("verified ")
+        # the NCCL each rank mapped (its processes' memory maps): the lab's double loads none
+        assert row["nccl"] == "none loaded", row
+    images = {r["image"] for r in status["rows"]}  # docker image inspect's ID on each node, the same
+    assert len(images) == 1 and images.pop().startswith("sha256:"), status["rows"]
     assert status["rows"][0]["model"] == MODELS[lab.topology] and status["rows"][0]["api"] == "ok"
     assert status["rows"][0]["engine"] == "serving"
     assert all(r["engine"] == "following rank 0" for r in status["rows"][1:])
