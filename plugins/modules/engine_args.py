@@ -56,7 +56,11 @@ state:
   returned: always
 problem: {description: "The engine's own message (argparse's last line), or why it could not be checked.",
           type: str, returned: always}
-rc: {description: The exit status of the parse (null when it did not run)., type: int, returned: always}
+exit_code:
+  description: "The exit status of the parse (null when it did not run). Not C(rc): Ansible fails a task
+    whose result has a non-zero C(rc), and a refusal is this module's answer, not its failure."
+  type: int
+  returned: always
 """
 
 import shlex
@@ -89,13 +93,13 @@ def last_line(text: str) -> str:
 def judge(rc: int | None, err: str, docker_cmd: list[str]) -> dict:
     """One parse's verdict: docker's own failures (125-127) and a missing parser are not the engine's word."""
     if rc == 0:
-        return {"state": "ok", "problem": "", "rc": rc}
+        return {"state": "ok", "problem": "", "exit_code": rc}
     if rc == ARGPARSE_REFUSED:
-        return {"state": "refused", "problem": last_line(err) or "exit 2 without a message", "rc": rc}
+        return {"state": "refused", "problem": last_line(err) or "exit 2 without a message", "exit_code": rc}
     what = last_line(err) or f"exit {rc}"
     if rc == NO_PARSER:
-        return {"state": "unchecked", "problem": what, "rc": rc}
-    return {"state": "unchecked", "problem": f"{shlex.join(docker_cmd[:6])} ...: {what}", "rc": rc}
+        return {"state": "unchecked", "problem": what, "exit_code": rc}
+    return {"state": "unchecked", "problem": f"{shlex.join(docker_cmd[:6])} ...: {what}", "exit_code": rc}
 
 
 def main() -> None:
@@ -117,7 +121,7 @@ def main() -> None:
         module.exit_json(
             changed=False,
             state="unchecked",
-            rc=None,
+            exit_code=None,
             problem=f"the command {shlex.join(argv[:3])} ... is not {p['program']}'s: its parser is unknown",
         )
     cmd = [p["docker"], "run", "--rm", "--network", "none", "--entrypoint", p["python"], p["image"]]

@@ -37,12 +37,13 @@ def parse(docker: str, argv: list[str], parser: str = PARSER) -> dict:
 
 def test_a_command_line_the_engine_takes_is_ok(docker):
     out = parse(docker, ARGV)
-    assert (out["state"], out["rc"], out["changed"]) == ("ok", 0, False), out
+    assert (out["state"], out["exit_code"], out["changed"]) == ("ok", 0, False), out
 
 
 def test_a_value_the_engine_refuses_is_named_in_argparses_words(docker):
     out = parse(docker, [*ARGV, "--kv-dtype", "fp3"])
-    assert out["state"] == "refused" and out["rc"] == 2, out
+    assert out["state"] == "refused" and out["exit_code"] == 2, out
+    assert "rc" not in out and not out.get("failed")  # a refusal is the answer: Ansible fails a non-zero rc
     assert out["problem"].startswith("tensorfold serve: error: argument --kv-dtype: invalid choice: 'fp3'")
 
 
@@ -53,7 +54,7 @@ def test_an_unknown_flag_is_refused(docker):
 
 def test_a_parser_the_image_does_not_have_is_unchecked_never_ok(docker):
     out = parse(docker, ARGV, parser="tensorfold_missing.cli_args:build_parser")
-    assert out["state"] == "unchecked" and out["rc"] == 3, out
+    assert out["state"] == "unchecked" and out["exit_code"] == 3, out
     assert "cannot build the engine's parser" in out["problem"] and "ModuleNotFoundError" in out["problem"]
 
 
@@ -63,10 +64,11 @@ def test_docker_refusing_the_container_is_unchecked_with_its_words(tmp_path):
     fake.write_text(f"#!/bin/sh\necho '{refusal}' >&2; exit 125\n")
     fake.chmod(0o755)
     out = parse(str(fake), ARGV)
-    assert out["state"] == "unchecked" and out["rc"] == 125, out
+    assert out["state"] == "unchecked" and out["exit_code"] == 125, out
     assert "No such image" in out["problem"]
 
 
 def test_a_command_that_is_not_tensorfolds_is_not_parsed(docker):
     out = parse(docker, ["vllm", "serve", "/weights"])
-    assert out["state"] == "unchecked" and out["rc"] is None and "is not tensorfold's" in out["problem"], out
+    assert out["state"] == "unchecked" and out["exit_code"] is None, out
+    assert "is not tensorfold's" in out["problem"]
