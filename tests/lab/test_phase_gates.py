@@ -1,0 +1,92 @@
+"""Phase gates on a converged lab (docs/design.md "Phase gates"): a re-run of site.yml skips the phases whose
+inputs and state are unchanged, yet a node changed behind sparkfleet's back is found and fixed by the next
+run, and a second run restarts no container. Cheap for CI: two site.yml runs in all (one no-op, one with every
+kind of drift made at once on different nodes). See tests/lab/conftest.py for the fixtures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+ENGINE_LABEL = "label=io.sparkfleet.engine.managed=true"
+
+
+class Changed:
+    """The tasks each host reported as changed in a run: changes[host] -> [task names]."""
+
+    def __init__(self) -> None:
+        self.by_host: dict[str, list[str]] = {}
+
+    def __call__(self, event: dict) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            self.by_host.setdefault(data["host"], []).append(data.get("task", ""))
+
+
+def engine_started(lab) -> dict[str, dict[str, str]]:
+    """host -> {container id: StartedAt} of the engine's containers."""
+    out = {}
+    for host in lab.hosts:
+        ids = lab.exec(host, "docker", "ps", "-q", "--filter", ENGINE_LABEL, check=False).split()
+        if not ids:
+            out[host] = {}
+            continue
+        data = json.loads(lab.exec(host, "docker", "inspect", *ids))
+        out[host] = {c["Id"]: c["State"]["StartedAt"] for c in data}
+    return out
+
+
+def phase_record(lab, host: str, role: str) -> dict | None:
+    text = lab.exec(host, "cat", f"/var/lib/sparkfleet/phases/{role}.json", check=False)
+    return json.loads(text) if text.strip() else None
+
+
+def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
+    before = engine_started(lab)
+    assert any(before.values()), (
+        f"no engine container runs on {lab.name}: converge it first (sparkfleet lab up)"
+    )
+    changed = Changed()
+    result = play("site.yml", on_event=changed)
+    assert result.exit_code == 0, result.failures
+    assert changed.by_host == {}, changed.by_host
+    assert engine_started(lab) == before  # the same containers, not one restarted
+    for host in lab.hosts:  # the gated phases were recorded by the converge, and found clean now
+        assert phase_record(lab, host, "earlyoom") is not None, host
+        assert phase_record(lab, host, "host_tuning") is not None, host
+
+
+@pytest.mark.destructive
+def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
+    """Three kinds of drift, each on its own node, all fixed by one site.yml run and reported as changed: a
+    managed file edited (earlyoom's settings), a unit stopped (earlyoom), a sysctl reset (the drop-in's
+    vm.swappiness back to the kernel's 60: a lab node's /proc/sys/vm is the host's and read-only, so the live
+    half is the module's unit test, tests/unit/test_phase_state.py)."""
+    edited, stopped, reset = lab.hosts[0], lab.hosts[1], lab.hosts[-1]  # TP2: the last two on one node
+    settings = lab.exec(edited, "cat", "/etc/default/earlyoom")
+    sysctl = lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf")
+    assert "vm.swappiness" in sysctl
+    lab.exec(edited, "sh", "-c", "echo 'EARLYOOM_ARGS=\"-m 50\"' > /etc/default/earlyoom")
+    lab.exec(stopped, "systemctl", "stop", "earlyoom.service")
+    lab.exec(
+        reset, "sed", "-i", "s/^vm.swappiness *=.*/vm.swappiness = 60/", "/etc/sysctl.d/60-sparkfleet.conf"
+    )
+    changed = Changed()
+    result = play("site.yml", on_event=changed)
+    assert result.exit_code == 0, result.failures
+
+    assert lab.exec(edited, "cat", "/etc/default/earlyoom") == settings
+    assert any("Configure earlyoom" in t for t in changed.by_host.get(edited, [])), changed.by_host
+    assert "-m 50" not in lab.exec(edited, "sh", "-c", "tr '\\0' ' ' < /proc/$(pidof earlyoom)/cmdline")
+
+    assert lab.exec(stopped, "systemctl", "is-active", "earlyoom.service").strip() == "active"
+    assert any("Run earlyoom" in t for t in changed.by_host.get(stopped, [])), changed.by_host
+
+    assert lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf") == sysctl
+    assert any("sysctl drop-in" in t for t in changed.by_host.get(reset, [])), changed.by_host
+
+    # and the run after that finds every phase clean again
+    again = Changed()
+    assert play("site.yml", on_event=again).exit_code == 0
+    assert again.by_host == {}, again.by_host
