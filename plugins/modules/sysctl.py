@@ -13,6 +13,9 @@ description:
     With I(apply=false) (a container, where /proc/sys is read-only) nothing is written and the keys whose
     live value differs are listed in C(not_applied).
   - The persistent half is the drop-in file in /etc/sysctl.d, written by the role's template.
+  - Why not C(ansible.posix.sysctl) - it takes one key a task (a round trip per key and node), writes its own
+    file, and fails where /proc/sys is read-only; this module checks every key in one call, refuses one the
+    kernel does not have, and lists what it could not apply in a container.
   - Supports check mode.
 options:
   settings:

@@ -11,7 +11,8 @@ description:
   - Idempotent. If the fix is already in C(src) (the patch applies in reverse), C(src) is written
     as is; if C(dest) already holds the result, nothing changes. If the patch applies neither way,
     the template at that revision is not the one the fix was written for, a clear error.
-  - The snapshot file itself is never modified (its SHA-256 is part of the verified manifest).
+  - The snapshot file itself is never modified (its SHA-256 is part of the verified manifest). That is why
+    not C(ansible.posix.patch), which patches a file in place and needs the C(patch) program on the node.
 options:
   src: {type: path, required: true, description: the template in the snapshot}
   patch: {type: str, required: true, description: unified diff text}
