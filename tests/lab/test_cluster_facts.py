@@ -57,7 +57,7 @@ def host_report(lab, play) -> dict[str, list[str]]:
 
 
 def line(lines: list[str], check: str) -> str:
-    """The report's line of one check ('<status>  <check>: <value>...', status right-aligned: ' ok', 'warn')."""
+    """The report's line of one check ('<status>  <check>: <value>...', the status right-aligned)."""
     return next(x for x in lines if x.strip().split("  ", 1)[-1].startswith(f"{check}: "))
 
 

@@ -277,7 +277,8 @@ def spark_root(tmp: Path, ready: bool) -> Path:
     put("/proc/sys/vm/swappiness", "10\n" if ready else "0\n")
     put("/var/lib/sparkfleet/clocks/gpu.conf", "# x\nGPU_CLOCK_CAP_MHZ=2300\n")
     # The installed kernel and its NVIDIA modules where linux-modules-nvidia-580-open-<kernel> puts them (a
-    # published `modinfo nvidia` of a Spark: /lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko).
+    # published `modinfo nvidia` of a Spark:
+    # /lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko).
     put(f"/boot/vmlinuz-{KERNEL_64K}", "")
     for ko in ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem"):
         put(f"/lib/modules/{KERNEL_64K}/kernel/nvidia-580-open/{ko}.ko", "")
