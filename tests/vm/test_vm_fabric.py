@@ -47,10 +47,12 @@ def addressed_rail(lab, node):
 
 def test_a_rail_carries_jumbo_frames_between_the_two_guests(node, addressed_rail):
     (ha, _a, _ipa), (_hb, _b, ipb) = addressed_rail
-    # 8972 bytes of ICMP payload + 28 of headers = 9000, never fragmented (-M do)
-    out = node(ha).run(f"sudo ping -c 3 -W 10 -M do -s 8972 {ipb}")  # root: a raw ICMP socket
-    assert out.rc == 0, out.stdout + out.stderr
-    assert " 0% packet loss" in out.stdout
+    # 8972 bytes of ICMP payload + 28 of headers = 9000, never fragmented (-M do). A reply of that size proves
+    # the link; not every one comes back: the rail is UDP between two emulated guests on a loaded machine, and
+    # 1 of 3 was lost in a measured run (a real cable loses none: the container lab's and the roles' tests)
+    out = node(ha).run(f"sudo ping -c 5 -W 10 -M do -s 8972 {ipb}")  # root: a raw ICMP socket
+    assert out.rc == 0, out.stdout + out.stderr  # ping's 0: at least one reply
+    assert "8980 bytes from " + ipb in out.stdout  # 8972 + the 8-byte ICMP header, in one frame
 
 
 BW_ARGS = "-s 65536 -n 50 -u 20 -F"  # 50 writes of 64 KiB; -F: no CPU-frequency warning as failure
