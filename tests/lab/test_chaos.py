@@ -236,7 +236,8 @@ def test_docker_stopped_on_a_worker_during_start_is_named_and_a_rerun_heals(lab)
 
 FILLER = """
 set -e
-while ! pgrep -x rsync >/dev/null; do sleep 0.02; done
+# the copy has begun on this worker: an rsync (transports ssh, rsyncd) or the tcp transport's receiver
+while ! pgrep -x rsync >/dev/null && ! pgrep -f 'import [h]mac, os, socket' >/dev/null; do sleep 0.02; done
 avail=$(df --output=avail -B1 {dir} | tail -n1)
 fallocate -l $((avail - 65536)) {dir}/.chaos-filler
 echo filled
