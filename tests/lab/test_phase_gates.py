@@ -42,6 +42,7 @@ def phase_record(lab, host: str, role: str) -> dict | None:
     return json.loads(text) if text.strip() else None
 
 
+@pytest.mark.tp2_faults  # the same on either topology: tp2 runs it (tp3's lane is CI's longest)
 def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
     before = engine_started(lab)
     assert any(before.values()), (
@@ -58,6 +59,7 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
 
 
 @pytest.mark.destructive
+@pytest.mark.tp2_faults  # the same on either topology: tp2 runs it (tp3's lane is CI's longest)
 def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     """Three kinds of drift, each on its own node, all fixed by one site.yml run and reported as changed: a
     managed file edited (earlyoom's settings), a unit stopped (earlyoom), a sysctl reset (the drop-in's
