@@ -6,6 +6,7 @@ See DOCUMENTATION (ansible-doc -t strategy sparkfleet.cluster.sparkfleet).
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from ansible.utils.display import Display
 from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import patch_mitogen_scan
@@ -54,7 +55,9 @@ def collection_module_utils(module_path: str, walk) -> list[tuple[str, str, bool
                 spec = importlib.util.find_spec(name)
             except (ImportError, ValueError):  # a name imported from a module, not a module
                 spec = None
-            if spec is None or not spec.origin or not spec.has_location:
+            # a package Ansible's collection loader makes without a file (`.../__synthetic__`, e.g.
+            # community.crypto's module_utils/_crypto): nothing to scan or send, its modules are found by name
+            if spec is None or not spec.origin or not spec.has_location or not os.path.isfile(spec.origin):
                 continue
             found[name] = (name, spec.origin, spec.submodule_search_locations is not None)
             queue.append(spec.origin)
