@@ -28,6 +28,7 @@ from sparkfleet_lab.lab_base import (
     NAME_RE,
     NODE_USER,
     LabError,
+    LabPaths,
     NodeInfo,
     default_project_dir,
 )
@@ -41,7 +42,7 @@ from sparkfleet_lab.lab_nodes import LabNodes
 __all__ = ["LABEL", "NAME_RE", "Lab", "LabError", "NodeInfo", "default_project_dir"]
 
 
-class Lab(LabNetwork, LabHub, LabNodes):
+class Lab(LabPaths, LabNetwork, LabHub, LabNodes):
     def __init__(
         self,
         name: str | None = None,
@@ -87,30 +88,6 @@ class Lab(LabNetwork, LabHub, LabNodes):
             )
 
     # ---- paths and names ---------------------------------------------------------------
-    @property
-    def state_dir(self) -> Path:
-        return self.project_dir / ".lab" / self.name
-
-    @property
-    def inventory_dir(self) -> Path:
-        return self.state_dir / "inventory"
-
-    @property
-    def inventories(self) -> list[Path]:
-        return [self.project_dir / "inventory" / self.topology, self.inventory_dir]
-
-    @property
-    def key_file(self) -> Path:
-        return self.state_dir / "ssh" / "id_ed25519"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.state_dir / "ssh" / "known_hosts"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.state_dir / "ssh" / "config"
-
     @property
     def hosts(self) -> list[str]:
         if self.topology not in topology.NODE_COUNT:

@@ -44,3 +44,36 @@ class NodeInfo:
 
 def say(msg: str) -> None:
     print(f"lab: {msg}", file=sys.stderr, flush=True)
+
+
+class LabPaths:
+    """Where a lab (container or VM) keeps its state, inventory and SSH files: .lab/<name>/ of the checkout.
+    The class using it sets project_dir, name and topology."""
+
+    project_dir: Path
+    name: str
+    topology: str
+
+    @property
+    def state_dir(self) -> Path:
+        return self.project_dir / ".lab" / self.name
+
+    @property
+    def inventory_dir(self) -> Path:
+        return self.state_dir / "inventory"
+
+    @property
+    def inventories(self) -> list[Path]:
+        return [self.project_dir / "inventory" / self.topology, self.inventory_dir]
+
+    @property
+    def key_file(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state_dir / "ssh" / "config"

@@ -30,6 +30,7 @@ import yaml
 
 from sparkfleet_lab import topology
 from sparkfleet_lab.core import NAME_RE, LabError, default_project_dir
+from sparkfleet_lab.lab_base import LabPaths
 from sparkfleet_lab.vm import image
 
 MGMT_IFACE = "enP7s7"
@@ -54,7 +55,7 @@ def _free_port(kind: int, address: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-class VmLab:
+class VmLab(LabPaths):
     def __init__(
         self,
         name: str | None = None,
@@ -83,30 +84,6 @@ class VmLab:
         self.say = say
 
     # ---- paths and names ---------------------------------------------------------------
-    @property
-    def state_dir(self) -> Path:
-        return self.project_dir / ".lab" / self.name
-
-    @property
-    def inventory_dir(self) -> Path:
-        return self.state_dir / "inventory"
-
-    @property
-    def inventories(self) -> list[Path]:
-        return [self.project_dir / "inventory" / self.topology, self.inventory_dir]
-
-    @property
-    def key_file(self) -> Path:
-        return self.state_dir / "ssh" / "id_ed25519"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.state_dir / "ssh" / "known_hosts"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.state_dir / "ssh" / "config"
-
     @property
     def hosts(self) -> list[str]:
         return [f"spark{n}" for n in range(1, topology.NODE_COUNT[self.topology] + 1)]
