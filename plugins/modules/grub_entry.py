@@ -37,38 +37,27 @@ EXAMPLES = r"""
   register: entry
 """
 
-import re
 
 from ansible.module_utils.basic import AnsibleModule
-
-ENTRY = re.compile(r"^\s*(menuentry|submenu)\s.*?\$menuentry_id_option\s+'([^']+)'.*\{\s*$")
-LINUX = re.compile(r"^\s*linux\s+\S*vmlinuz-(\S+)")
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.boot import menu
 
 
 def entries(text: str) -> dict[str, str]:
-    """Kernel release -> id path of its first normal entry."""
-    stack: list[tuple[str, str] | None] = []
+    """Kernel release -> id path of its first normal entry (recovery entries aside), from grub.cfg's menu as
+    module_utils/boot.py reads it (the same parser says which kernel GRUB boots next)."""
     found: dict[str, str] = {}
-    for line in text.splitlines():
-        match = ENTRY.match(line)
-        if match:
-            stack.append((match.group(1), match.group(2)))
-            continue
-        stripped = line.strip()
-        if stripped.endswith("{"):
-            stack.append(None)  # if/function blocks
-            continue
-        if stripped == "}":
-            if stack:
-                stack.pop()
-            continue
-        linux = LINUX.match(line)
-        if linux and stack and stack[-1] and stack[-1][0] == "menuentry":
-            entry_id = stack[-1][1]
-            if "recovery" in entry_id:
+
+    def walk(nodes: list[dict], path: list[str]) -> None:
+        for node in nodes:
+            if not node["id"]:  # an entry without an id cannot be named: its children keep the path
+                walk(node["children"], path)
                 continue
-            path = ">".join(item[1] for item in stack if item)
-            found.setdefault(linux.group(1), path)
+            here = [*path, node["id"]]
+            if node["kind"] == "menuentry" and node["release"] and "recovery" not in node["id"]:
+                found.setdefault(node["release"], ">".join(here))
+            walk(node["children"], here)
+
+    walk(menu(text), [])
     return found
 
 
