@@ -12,23 +12,12 @@ import json
 import subprocess
 
 import pytest
+from lab_events import Events
 
 SIM_DIR = "/run/nvidia-sim"
 KERNELS = "/opt/sparkfleet-lab/sim/kernels.py"
 ENGINE = "sparkfleet-engine"
 NEW_KERNEL = "7.0.0-1020-nvidia-64k"
-
-
-class Events:
-    def __init__(self) -> None:
-        self.items: list[dict] = []
-
-    def __call__(self, event: dict) -> None:
-        if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-            self.items.append(event["event_data"])
-
-    def results(self, task: str) -> dict[str, dict]:
-        return {e["host"]: e["res"] for e in self.items if e.get("task") == task}
 
 
 def sh(lab, host: str, cmd: str, check: bool = True) -> str:

@@ -9,22 +9,9 @@ import subprocess
 import time
 
 import pytest
+from lab_events import Events
 
 SPEC_EARLYOOM_AVOID = "(^|/)(sshd|systemd|dockerd|containerd|containerd-shim.*)$"
-
-
-class Events:
-    """Collects the task results of a run: results.ok("Task name") -> {host: res}."""
-
-    def __init__(self) -> None:
-        self.items: list[dict] = []
-
-    def __call__(self, event: dict) -> None:
-        if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-            self.items.append(event["event_data"])
-
-    def results(self, task: str) -> dict[str, dict]:
-        return {e["host"]: e["res"] for e in self.items if e.get("task") == task}
 
 
 def changed(result) -> dict[str, int]:
