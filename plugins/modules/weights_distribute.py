@@ -212,13 +212,20 @@ class Daemon:
     Made in two steps so that the ssh sessions of every address start at once: the constructor starts
     ssh and sends the secret, `started()` waits for the script's word, `wait_ready()` for the port."""
 
+    what = "an rsync daemon"  # for messages
+    says_why_on_stdout = False  # the script's own refusal comes on stdout (else ssh's or sh's on stderr)
+
     def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, rsync: str):
+        script = DAEMON.format(dest=dest.rstrip("/"), rsync=rsync, address=shlex.quote(address), port=port)
+        self._spawn(host, user, address, port, ssh=ssh, remote=f"sh -c {shlex.quote(script)}")
+
+    def _spawn(self, host: str, user: str, address: str, port: int, *, ssh: str, remote: str) -> None:
+        """ssh to the worker's fabric address running `remote`, and the one-time secret on its stdin."""
         self.host, self.address, self.port = host, address, port
         self.secret = secrets.token_hex(16)
-        script = DAEMON.format(dest=dest.rstrip("/"), rsync=rsync, address=shlex.quote(address), port=port)
         who = f"{user}@{address}" if user else address
         self.proc = subprocess.Popen(
-            [*shlex.split(ssh), who, f"sh -c {shlex.quote(script)}"],
+            [*shlex.split(ssh), who, remote],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -234,9 +241,8 @@ class Daemon:
         line = self.proc.stdout.readline().strip()
         if line != "started":
             err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise WeightsError(
-                f"{self.host}: could not start an rsync daemon on {self.address}: {_last_line(err) or line}"
-            )
+            why = (line or _last_line(err)) if self.says_why_on_stdout else (_last_line(err) or line)
+            raise WeightsError(f"{self.host}: could not start {self.what} on {self.address}: {why}")
 
     @property
     def url(self) -> str:
@@ -361,31 +367,12 @@ for d in sorted(parts, reverse=True):
 class TcpReceiver(Daemon):
     """Transport tcp: TCP_RECEIVER on a worker's fabric address, started through ssh like the rsync daemon."""
 
-    def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, python: str):
-        self.host, self.address, self.port = host, address, port
-        self.secret = secrets.token_hex(16)
-        who = f"{user}@{address}" if user else address
-        remote = shlex.join([python, "-c", TCP_RECEIVER, address, str(port), dest.rstrip("/")])
-        self.proc = subprocess.Popen(
-            [*shlex.split(ssh), who, remote],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdin
-        with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.write(self.secret + "\n")
-            self.proc.stdin.flush()
+    what = "a receiver"
+    says_why_on_stdout = True  # "cannot listen on ..."
 
-    def started(self) -> None:
-        assert self.proc.stdout
-        line = self.proc.stdout.readline().strip()
-        if line != "started":
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise WeightsError(
-                f"{self.host}: could not start a receiver on {self.address}: {line or _last_line(err)}"
-            )
+    def __init__(self, host: str, user: str, address: str, *, port: int, dest: str, ssh: str, python: str):
+        remote = shlex.join([python, "-c", TCP_RECEIVER, address, str(port), dest.rstrip("/")])
+        self._spawn(host, user, address, port, ssh=ssh, remote=remote)
 
     def wait_ready(self, timeout: float = 20) -> None:
         """Ready once started() has read the receiver's word: it prints it after listen()."""
