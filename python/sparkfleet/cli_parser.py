@@ -164,24 +164,23 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
+def _positive(refusal: str) -> Callable[[str], int]:
+    """An argparse type: a positive whole number, else `refusal` with the text given ({text})."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(refusal.format(text=repr(text)))
+        return value
+
+    return parse
 
 
-def _positive_mhz(text: str) -> int:
-    try:
-        mhz = int(text)
-    except ValueError:
-        mhz = 0
-    if mhz <= 0:
-        raise argparse.ArgumentTypeError(f"MHZ must be a positive whole number of MHz, got {text!r}")
-    return mhz
+_positive_int = _positive("expected a positive whole number, got {text}")
+_positive_mhz = _positive("MHZ must be a positive whole number of MHz, got {text}")
 
 
 def build_parser(
