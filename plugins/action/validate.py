@@ -14,13 +14,14 @@ belongs to it checks, in order:
    owns it.
 Each problem names the variable, its value and the fix. With `collect: true` (preflight layer 1 sets
 `sparkfleet_validate_collect`), problems are added to the host's `sparkfleet_validation_problems`
-fact instead of failing, so preflight can report every role's problems at once.
+fact instead of failing, so preflight can report every role's problems at once. Layer 1 imports each
+role's tasks/validate.yml, so each role's variables come from Ansible's own precedence, as when the role
+runs; the variables a role refused are carried to the next (`sparkfleet_validation_refused`).
 """
 
 from __future__ import annotations
 
 import re
-from collections import ChainMap
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds imp
 from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import task_role
 
 PLACEHOLDER = "CHANGE-ME"
-_ROLE_CACHE: dict[tuple, tuple[dict, dict, dict, dict]] = {}
+_ROLE_FILES: dict[tuple, tuple[dict, dict]] = {}
 RAW_ARGS = ("rules",)  # evaluated one by one here, never templated up front
 _TYPES = {
     "int": "a whole number",
@@ -117,7 +118,7 @@ def type_problem(name: str, value: Any, spec: dict) -> str | None:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("rules", "uniform", "collect", "entry_point", "reset", "roles"))
+    _VALID_ARGS = frozenset(("rules", "uniform", "collect", "entry_point", "reset"))
     COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 
     @classmethod
@@ -132,16 +133,18 @@ class ActionModule(ActionBase):
         if role is None:
             raise AnsibleError("sparkfleet.cluster.validate runs inside a role (tasks/validate.yml)")
         path, role_name = Path(role[0]), role[1]
-        specs = (
-            yaml.safe_load((path / "meta/argument_specs.yml").read_text())
-            if (path / "meta/argument_specs.yml").exists()
-            else {}
-        )
         entry = str(self._task.args.get("entry_point") or "main")
-        options = ((specs or {}).get("argument_specs") or {}).get(entry, {}).get("options") or {}
-        defaults_file = path / "defaults/main.yml"
-        defaults = yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else {}
-        return role_name, options, defaults or {}
+        files = (path / "meta/argument_specs.yml", path / "defaults/main.yml")
+        # read once per process while the files are unchanged (a process that checks many inventories, as
+        # the unit tests do, reads each role once; nothing here changes what was read)
+        key = (str(path), entry, tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
+        if key not in _ROLE_FILES:
+            specs = yaml.safe_load(files[0].read_text()) if files[0].exists() else {}
+            options = ((specs or {}).get("argument_specs") or {}).get(entry, {}).get("options") or {}
+            defaults = yaml.safe_load(files[1].read_text()) if files[1].exists() else {}
+            _ROLE_FILES[key] = (options, defaults or {})
+        options, defaults = _ROLE_FILES[key]
+        return role_name, options, dict(defaults)
 
     def _value(self, name: str, task_vars: dict, defaults: dict) -> tuple[str, Any]:
         """('ok', value) | ('unset', None) | ('later', None): a default that needs facts | ('error', msg)."""
@@ -324,68 +327,6 @@ class ActionModule(ActionBase):
         self.carried_bad = bad
         return problems, list(self.warnings_found), uniform
 
-    def _load_role(self, name: str) -> tuple[dict, dict, dict, dict, Path]:
-        """A role of this collection as Ansible reads it: spec, defaults, vars, its validate task's args.
-        Read once per process while its files are unchanged (a process that checks many inventories, as
-        the unit tests do, reads each role once; nothing here mutates what was read)."""
-        path = self.COLLECTION_ROOT / "roles" / name
-        files = ("meta/argument_specs.yml", "tasks/validate.yml", "vars/main.yml", "defaults/main.yml")
-        key = (str(path), tuple((path / f).stat().st_mtime_ns if (path / f).exists() else 0 for f in files))
-        if key not in _ROLE_CACHE:
-            _ROLE_CACHE[key] = self._read_role(path, name)
-        options, defaults, role_vars, args = _ROLE_CACHE[key]
-        return options, dict(defaults), dict(role_vars), dict(args), path
-
-    def _read_role(self, path: Path, name: str) -> tuple[dict, dict, dict, dict]:
-        if not (path / "tasks/validate.yml").exists():
-            raise AnsibleError(f"sparkfleet.cluster.validate: role {name} has no tasks/validate.yml")
-        spec_file = path / "meta/argument_specs.yml"
-        specs = yaml.safe_load(spec_file.read_text()) if spec_file.exists() else {}
-        options = ((specs or {}).get("argument_specs") or {}).get("main", {}).get("options") or {}
-
-        def load(rel: str) -> Any:
-            f = path / rel
-            return self._loader.load_from_file(str(f), trusted_as_template=True) if f.exists() else None
-
-        args: dict = {}
-        task_vars: dict = {}
-        for task in load("tasks/validate.yml") or []:
-            for key in ("sparkfleet.cluster.validate", "validate"):
-                if isinstance(task, dict) and key in task:
-                    args = dict(task[key] or {})
-                    task_vars = dict(task.get("vars") or {})  # the task's own vars, as when it runs
-        role_vars = {**dict(load("vars/main.yml") or {}), **task_vars}
-        return options, dict(load("defaults/main.yml") or {}), role_vars, args
-
-    def _check_roles(self, names: list, task_vars: dict) -> tuple[list[dict], list[dict], dict]:
-        """Preflight: every role's validation for this node in one task, each role with its own defaults
-        and vars under the inventory's values (as when the role runs)."""
-        problems: list[dict] = []
-        warnings: list[dict] = []
-        values: dict = {}
-        self.carried_bad = set()  # a later role's rule about a variable an earlier role refused is skipped
-        earlier: list[dict] = []
-        for name in names:
-            options, defaults, role_vars, args, path = self._load_role(str(name))
-            # as in a play: the earlier roles' defaults stay visible (cluster_plan's port table, ...)
-            # the role's own path first: the play's ansible_search_path (in task_vars) would hide it, and
-            # a rule's lookup('file', ...) must search the role's files/ as when the role runs
-            layered = ChainMap(
-                {"role_path": str(path), "ansible_search_path": [str(path), str(path / "tasks")]},
-                role_vars,
-                task_vars,
-                defaults,
-                *earlier,
-            )
-            earlier.insert(0, defaults)
-            self._t = self._templar.copy_with_new_env(available_variables=layered)
-            own_defaults = {k: v for k, v in defaults.items() if k not in task_vars}
-            found, warned, uniform = self._check_role(name, options, own_defaults, args, layered)
-            problems += [{"role": name, "msg": p} for p in found]
-            warnings += [{"role": name, "msg": w} for w in warned]
-            values.update({k: {"role": name, "value": v} for k, v in uniform.items()})
-        return problems, warnings, values
-
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
@@ -396,30 +337,19 @@ class ActionModule(ActionBase):
                 "sparkfleet_validation_problems": [],
                 "sparkfleet_validation_warnings": [],
                 "sparkfleet_validation_values": {},
+                "sparkfleet_validation_refused": [],
             }
             result.update(changed=False, ansible_facts=empty, msg="verdict reset")
             return result
-        if self._task.args.get("roles"):
-            problems, warnings, values = self._check_roles(list(self._task.args["roles"]), task_vars)
-            known = list(task_vars.get("sparkfleet_validation_problems") or [])
-            seen = list(task_vars.get("sparkfleet_validation_warnings") or [])
-            result.update(changed=False, msg=f"{len(problems)} problem(s) recorded")
-            result["ansible_facts"] = {
-                "sparkfleet_validation_problems": known + problems,
-                "sparkfleet_validation_warnings": seen + warnings,
-                "sparkfleet_validation_values": {
-                    **(task_vars.get("sparkfleet_validation_values") or {}),
-                    **values,
-                },
-            }
-            return result
         role, options, defaults = self._role_files()
         self._t = self._templar
-        self.carried_bad = set()
-        problems, warnings, uniform = self._check_role(role, options, defaults, self._task.args, task_vars)
         collect = self._task.args.get("collect")
         if collect is None:
             collect = task_vars.get("sparkfleet_validate_collect", False)
+        # preflight layer 1 checks the roles one after the other: a rule about a variable an earlier role
+        # refused is skipped (that role named it); a role's own run starts clean
+        self.carried_bad = set(task_vars.get("sparkfleet_validation_refused") or []) if collect else set()
+        problems, warnings, uniform = self._check_role(role, options, defaults, self._task.args, task_vars)
         result.update(changed=False, problems=problems, role=role)
         if collect:
             known = list(task_vars.get("sparkfleet_validation_problems") or [])
@@ -431,6 +361,7 @@ class ActionModule(ActionBase):
                 "sparkfleet_validation_problems": known + entries,
                 "sparkfleet_validation_warnings": seen + [{"role": role, "msg": w} for w in warnings],
                 "sparkfleet_validation_values": values,
+                "sparkfleet_validation_refused": sorted(self.carried_bad),
             }
             result["msg"] = f"{role}: {len(problems)} problem(s) recorded"
             return result

@@ -14,10 +14,11 @@ description:
     problem is named once, by the rule that owns it. Each message names the variable, its value and the fix
     (the option's description).
   - Fails with the list of problems, or, with C(collect) (or the variable C(sparkfleet_validate_collect)),
-    records them in the node's C(sparkfleet_validation_problems) instead.
-  - With C(roles) (preflight layer 1), checks the named roles of this collection for this node in one
-    task, each with its own defaults and vars under the inventory's values, and records problems,
-    warnings and the C(uniform) values for the verdict (filter C(sparkfleet.cluster.validation_verdict)).
+    records them in the node's C(sparkfleet_validation_problems) instead, with the warnings and the
+    C(uniform) values, for the verdict (filter C(sparkfleet.cluster.validation_verdict)). Preflight layer 1
+    imports every role's C(tasks/validate.yml) this way, so each role's variables come from Ansible's own
+    precedence; the variables a role refused are carried to the roles after it
+    (C(sparkfleet_validation_refused)), whose rules about them are skipped.
 options:
   rules:
     description:
@@ -49,12 +50,8 @@ options:
     description: The argument spec entry point whose options are checked.
     type: str
     default: main
-  roles:
-    description: Check these roles of the collection (their tasks/validate.yml) for this node.
-    type: list
-    elements: str
   reset:
-    description: Start the recorded problems, warnings and values of this node empty.
+    description: Start the recorded problems, warnings, values and refused variables of this node empty.
     type: bool
     default: false
 attributes:

@@ -21,6 +21,7 @@ import ansible.constants as C
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook import Playbook
+from ansible.playbook.block import Block
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.connection.local import Connection as LocalConnection
 from ansible.plugins.loader import action_loader, init_plugin_loader
@@ -31,7 +32,8 @@ from ansible.vars.manager import VariableManager
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks/preflight.yml"
-_STATE = {"loaded": False}
+_STATE: dict[str, Any] = {"loaded": False}
+VALIDATE = ("sparkfleet.cluster.validate", "validate")
 
 
 class NoConnection(LocalConnection):
@@ -52,11 +54,36 @@ def _load_plugins() -> None:
         _STATE["loaded"] = True
 
 
+def _tasks(blocks: list) -> list:
+    """The play's tasks in order, an imported role's tasks (blocks inside blocks) included."""
+    out = []
+    for item in blocks:
+        out += _tasks(item.block) if isinstance(item, Block) else [item]
+    return out
+
+
+def _play() -> tuple[DataLoader, Any, list]:
+    """The first play of playbooks/preflight.yml and its validate tasks, loaded once per process while the
+    playbook and the roles' files are unchanged (nothing in them depends on the inventory: the roles are
+    imported by name), with the DataLoader that read them (its file cache is what a run has too)."""
+    files = [PLAYBOOK, *sorted(ROOT.glob("roles/*/[dmtv]*/*.yml"))]
+    key = tuple(f.stat().st_mtime_ns for f in files)
+    if _STATE.get("key") != key:
+        loader = DataLoader()
+        loader.set_basedir(str(ROOT))
+        empty = InventoryManager(loader=loader, sources=[])
+        play = Playbook.load(str(PLAYBOOK), variable_manager=VariableManager(loader, empty), loader=loader)
+        first = play.get_plays()[0]
+        tasks = [t for t in _tasks(first.compile()) if t.action in VALIDATE]
+        assert tasks, f"{PLAYBOOK}: its first play has no validate task"
+        _STATE.update(key=key, loaded_play=(loader, first, tasks))
+    return _STATE["loaded_play"]
+
+
 def facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
     """Every cluster host's facts after layer 1's first play, and the inventory's groups."""
     _load_plugins()
-    loader = DataLoader()
-    loader.set_basedir(str(ROOT))
+    loader, play, tasks = _play()
     inv = InventoryManager(loader=loader, sources=[str(inventory)])
     saved = C.CACHE_PLUGIN
     C.CACHE_PLUGIN = "ansible.builtin.memory"  # read when the VariableManager makes its fact cache
@@ -65,10 +92,6 @@ def facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
     finally:
         C.CACHE_PLUGIN = saved
     HostVars(inventory=inv, variable_manager=vm, loader=loader)  # hostvars, as the task queue manager sets it
-    play = Playbook.load(str(PLAYBOOK), variable_manager=vm, loader=loader).get_plays()[0]
-    tasks = [t for block in play.compile() for t in block.block]
-    tasks = [t for t in tasks if t.action in ("sparkfleet.cluster.validate", "validate")]
-    assert tasks, f"{PLAYBOOK}: its first play has no validate task"
     hosts = inv.get_hosts(play.hosts)
     out: dict[str, dict] = {h.name: {} for h in hosts}
     for task in tasks:

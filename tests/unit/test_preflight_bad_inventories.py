@@ -566,6 +566,16 @@ def test_good_inventories_pass_layer_1_in_process(tmp_path):
         assert layer1.verdict(inv)["problems"] == [], topology  # warnings (the table's engine commit) allowed
 
 
+def test_layer_1_checks_every_role_once_through_its_own_validate_tasks():
+    """Layer 1 is each role's own tasks/validate.yml, imported (Ansible's own variable precedence): every role
+    that has one, each once, sparkfleet's cluster-wide settings first (cluster_plan's dependency)."""
+    _loader, _play, tasks = layer1._play()
+    roles = [t._role.get_name() for t in tasks if t._role]  # each role task's role (the reset task has none)
+    every = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/validate.yml"))
+    assert sorted(roles) == every, roles
+    assert roles[:2] == ["sparkfleet", "cluster_plan"], roles
+
+
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
     """The double connection raises on any use: a validate action that reached for a node would fail."""
     from ansible.playbook.play_context import PlayContext
