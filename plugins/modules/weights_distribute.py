@@ -94,12 +94,9 @@ import time
 import typing
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
-    Progress,
-    WeightsError,
-    human,
-    run_module,
-)
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import WeightsError, run_module
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_progress import Progress
 
 PROGRESS2 = re.compile(r"^\s*([\d,]+)\s+\d+%")
 

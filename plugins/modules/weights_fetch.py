@@ -78,15 +78,14 @@ from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
-    Progress,
-    StatCache,
-    WeightsError,
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_hash import StatCache
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_layout import (
     copy_or_link,
-    human,
     repo_folder,
-    run_module,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import WeightsError, run_module
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_progress import Progress
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

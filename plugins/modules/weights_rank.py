@@ -67,14 +67,12 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
-    Progress,
-    StatCache,
-    WeightsError,
-    human,
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_hash import StatCache, sha256_file
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import WeightsError, run_module
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_progress import Progress
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_rank_files import (
     plan_rank_file,
-    run_module,
-    sha256_file,
     write_rank_file,
 )
 

@@ -64,13 +64,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
-    WeightsError,
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_layout import (
     blob_path,
-    human,
     present_bytes,
-    run_module,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import WeightsError, run_module
 
 
 def run(params: dict, check_mode: bool = False) -> dict:

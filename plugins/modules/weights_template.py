@@ -53,7 +53,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import run_module
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import run_module
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 

@@ -103,20 +103,18 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights import (
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.text_format import size as human
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_hash import StatCache
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_layout import blob_path, list_tree
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_main import WeightsError, run_module
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_manifest import (
     MANIFEST_FORMAT,
-    Progress,
-    StatCache,
-    WeightsError,
-    blob_path,
-    check_indexes,
-    human,
-    list_tree,
     manifest_digest,
     parse_sha256sums,
-    run_module,
     verify_files,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_progress import Progress
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_safetensors import check_indexes
 
 
 def _remove(path: str) -> bool:

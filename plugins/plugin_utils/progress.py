@@ -28,7 +28,7 @@ def report(task: Any, result: dict[str, Any]) -> bool:
 
 
 def from_status_file(status: dict[str, Any]) -> dict[str, Any]:
-    """A weights progress file (module_utils.weights.Progress) -> the `sparkfleet_progress_data` shape."""
+    """A weights progress file (module_utils/weights_progress.py) -> the `sparkfleet_progress_data` shape."""
     data: dict[str, Any] = {
         "label": status.get("phase") or "",
         "unit": "B",

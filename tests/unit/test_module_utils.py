@@ -21,7 +21,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils import (
     disk,
     fileio,
     node,
-    weights,
+    weights_main,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -326,7 +326,7 @@ def test_key_file_format():
         api_keys.parse_key_file("ops:\n")
 
 
-# ---- weights.run_module -------------------------------------------------------------------------------
+# ---- weights_main.run_module --------------------------------------------------------------------------
 class Done(Exception):
     pass
 
@@ -345,7 +345,7 @@ class RecordingModule:
 
 def outcome(run, **kw):
     with pytest.raises(Done) as info:
-        weights.run_module(RecordingModule(), run, **kw)
+        weights_main.run_module(RecordingModule(), run, **kw)
     return info.value.args[0]
 
 
@@ -353,7 +353,7 @@ def test_run_module():
     assert outcome(lambda p, c: {"changed": False, "got": p["x"]}) == ("exit", {"changed": False, "got": 1})
 
     def refuse(p, c):
-        raise weights.WeightsError("not enough disk", {"needed_bytes": 5, "msg": "dropped"})
+        raise weights_main.WeightsError("not enough disk", {"needed_bytes": 5, "msg": "dropped"})
 
     assert outcome(refuse) == ("fail", {"msg": "not enough disk", "needed_bytes": 5})
 
@@ -429,7 +429,10 @@ def test_strategy_finds_the_collection_module_utils_a_module_needs():
         assert all(Path(path).is_file() and not pkg for _name, path, pkg in found)
         return [name.rsplit(".", 1)[1] for name, _path, _pkg in found]
 
-    assert names("weights_fetch") == ["fileio", "text_format", "weights"]  # the first two through weights
+    # fileio only through weights_hash and weights_progress
+    assert names("weights_fetch") == [
+        "fileio", "text_format", "weights_hash", "weights_layout", "weights_main", "weights_progress",
+    ]  # fmt: skip
     assert names("host_status") == ["boot", "clock_state", "cluster_constants", "fileio", "node"]
     assert names("sysctl") == []
 
@@ -466,7 +469,11 @@ def test_strategy_puts_them_on_the_list_mitogen_imports_before_a_task():
         f"{OWN}.disk",
         f"{OWN}.fileio",
         f"{OWN}.text_format",
-        f"{OWN}.weights",
+        f"{OWN}.weights_hash",
+        f"{OWN}.weights_main",
+        f"{OWN}.weights_progress",
+        f"{OWN}.weights_rank_files",
+        f"{OWN}.weights_safetensors",
     ]
     assert FakeService()._get_custom_tups("/ansible/module_utils", resolved) == []  # no fork, nothing pushed
     patch()  # patching twice changes nothing

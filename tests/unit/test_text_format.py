@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.sparkfleet.cluster.plugins.filter import engine
-from ansible_collections.sparkfleet.cluster.plugins.module_utils import text_format, weights
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import text_format, weights_progress
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_every_user_writes_them_the_same_way():
     from sparkfleet import tables, text
 
     assert text.fmt_duration(303) == text_format.duration(303) and text.fmt_bytes(1e9) == "1.0 GB"
-    assert weights.human(630_100_000) == "630.1 MB" and weights.duration(65) == "1m05s"
+    assert weights_progress.human(630_100_000) == "630.1 MB" and weights_progress.duration(65) == "1m05s"
     columns = [["node", "NODE"], ["rank", "RANK"]]
     rows = [{"node": "spark1", "rank": 0}, {"node": "spark2"}]
     assert engine.FilterModule().filters()["status_table"](rows, columns) == tables.text_table(

@@ -7,8 +7,14 @@ import json
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import (
+    weights_hash,
+    weights_manifest,
+    weights_rank_files,
+    weights_safetensors,
+)
 from sparkfleet_lab.hub import models
-from test_weights_support import ROLE, ROOT, load_module, utils
+from test_weights_support import ROLE, ROOT, load_module
 
 
 def listing(data_dir, repo, commit):
@@ -43,19 +49,22 @@ def test_files_are_real_safetensors_with_consistent_indexes(tmp_path):
     for e in listing(tmp_path, repo, commit):
         blob = tmp_path / "hf" / repo / "blobs" / e["sha256"]
         assert hashlib.sha256(blob.read_bytes()).hexdigest() == e["sha256"]
-        assert utils.git_blob_oid(str(blob)) == e["git_oid"]
+        assert weights_hash.git_blob_oid(str(blob)) == e["git_oid"]
         (snap / e["path"]).parent.mkdir(parents=True, exist_ok=True)
         (snap / e["path"]).write_bytes(blob.read_bytes())
         if e["path"].endswith(".safetensors"):
-            header, start = utils.read_safetensors_header(str(snap / e["path"]))
+            header, start = weights_safetensors.read_safetensors_header(str(snap / e["path"]))
             ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
             assert start % 8 == 0 and start + max(ends) == e["size"]
     present = {str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file()}
-    assert utils.check_indexes(str(snap), [{"path": "model.safetensors.index.json"}], present) == []
-    sums = utils.parse_sha256sums((snap / "SHA256SUMS").read_text())
+    assert (
+        weights_safetensors.check_indexes(str(snap), [{"path": "model.safetensors.index.json"}], present)
+        == []
+    )
+    sums = weights_manifest.parse_sha256sums((snap / "SHA256SUMS").read_text())
     assert {f"tp3/rank{r}.safetensors" for r in range(3)} <= set(sums)
     for r in range(3):
-        keys = utils.parse_keys((snap / f"tp3/rank{r}.keys").read_text())
+        keys = weights_rank_files.parse_keys((snap / f"tp3/rank{r}.keys").read_text())
         index = json.loads((snap / "model.safetensors.index.json").read_text())["weight_map"]
         assert all(k in index for k in keys)
         assert keys != sorted(keys)  # numeric layer order, not the index's sorted order

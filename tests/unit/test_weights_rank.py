@@ -8,7 +8,8 @@ import struct
 import sys
 
 import pytest
-from test_weights_support import load_module, start_hub, utils
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import weights_main, weights_rank_files
+from test_weights_support import load_module, start_hub
 
 pytest.importorskip("huggingface_hub")
 fetch = load_module("weights_fetch")
@@ -135,7 +136,9 @@ def test_a_command_builder_gets_the_placeholders_and_is_checked(snap, tmp_path):
 
 def test_keys_naming_an_unknown_tensor_or_twice_are_refused(snap):
     snapshot, _ = snap
-    with pytest.raises(utils.WeightsError, match="listed twice"):
-        utils.parse_keys("a\nb\na\n")
-    with pytest.raises(utils.WeightsError, match=r"not in model\.safetensors\.index\.json"):
-        utils.plan_rank_file(str(snapshot), "model.nope.weight\n", 0, "model.safetensors.index.json")
+    with pytest.raises(weights_main.WeightsError, match="listed twice"):
+        weights_rank_files.parse_keys("a\nb\na\n")
+    with pytest.raises(weights_main.WeightsError, match=r"not in model\.safetensors\.index\.json"):
+        weights_rank_files.plan_rank_file(
+            str(snapshot), "model.nope.weight\n", 0, "model.safetensors.index.json"
+        )

@@ -30,9 +30,6 @@ def load_module(name: str):
     return importlib.import_module(f"ansible_collections.sparkfleet.cluster.plugins.modules.{name}")
 
 
-utils = importlib.import_module("ansible_collections.sparkfleet.cluster.plugins.module_utils.weights")
-
-
 @dataclass
 class Hub:
     data_dir: Path

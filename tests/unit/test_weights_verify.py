@@ -6,7 +6,8 @@ import json
 import os
 
 import pytest
-from test_weights_support import ROOT, load_module, start_hub, utils
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import weights_manifest, weights_safetensors
+from test_weights_support import ROOT, load_module, start_hub
 
 pytest.importorskip("huggingface_hub")
 fetch = load_module("weights_fetch")
@@ -53,7 +54,7 @@ def test_a_complete_snapshot_verifies_and_writes_the_manifest(tree, tmp_path):
     assert res["complete"], res["msg"]
     assert res["hashed_bytes"] == m["total_bytes"]
     doc = json.loads(out.read_text())
-    assert doc["digest"] == res["digest"] == utils.manifest_digest(res["files"])
+    assert doc["digest"] == res["digest"] == weights_manifest.manifest_digest(res["files"])
     assert all(len(f["sha256"]) == 64 for f in doc["files"])
     assert {f"tp3/rank{r}.safetensors" for r in range(3)} <= set(doc["release"])
     assert not set(doc["release"]) & {f["path"] for f in doc["files"]}
@@ -72,7 +73,7 @@ def test_the_engine_sees_exactly_the_manifest_files(tree):
     seen = engine_weights.load(root / "snapshot").files
     # the same files, sizes and digests; the manifest digest is over them sorted by path
     assert sorted(seen, key=lambda f: f["path"]) == res["files"]
-    assert utils.manifest_digest(seen) == res["digest"]
+    assert weights_manifest.manifest_digest(seen) == res["digest"]
 
 
 def test_parallel_and_serial_hashing_agree(tree):
@@ -136,19 +137,21 @@ def test_safetensors_headers_and_index_shard_counts_are_checked(tree, tmp_path):
     shutil.copy(root / "snapshot" / shard.name, shard)
     doc = json.loads(idx.read_text())
     doc["weight_map"]["model.extra.weight"] = "model-00007-of-00006.safetensors"
-    errors = utils.check_indexes(
+    errors = weights_safetensors.check_indexes(
         str(work / "snapshot"), [{"path": idx.name, "complete": True}], {f["path"] for f in m["files"]}
     )
     assert errors == []  # the original index is consistent
     idx.write_text(json.dumps(doc))
-    errors = utils.check_indexes(
+    errors = weights_safetensors.check_indexes(
         str(work / "snapshot"), [{"path": idx.name, "complete": True}], {f["path"] for f in m["files"]}
     )
     assert any("7 shards" in e and "missing" in e for e in errors)
     assert any("the file names say 6" in e for e in errors)
     # the Engram subset: its index names 48 shards, two are there, that is fine when not complete
     eng = [{"path": "engram/model.safetensors.index.json", "complete": False}]
-    assert utils.check_indexes(str(root / "snapshot"), eng, {f["path"] for f in m["files"]}) == []
+    assert (
+        weights_safetensors.check_indexes(str(root / "snapshot"), eng, {f["path"] for f in m["files"]}) == []
+    )
 
 
 def test_missing_files_and_strays(tree, tmp_path):
