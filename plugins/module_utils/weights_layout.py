@@ -3,7 +3,6 @@
 # Standard library only: it runs on the nodes (Python 3.11-3.13), inside the hub's venv too.
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 
@@ -47,10 +46,6 @@ def list_tree(root: str, skip_dirs: tuple[str, ...] = ()) -> list[str]:
                 continue
             out.append(os.path.normpath(os.path.join(rel_dir, name)))
     return out
-
-
-def matches_any(rel: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(rel, p) for p in patterns)
 
 
 def copy_or_link(src: str, dst: str) -> str:

@@ -15,8 +15,6 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.weights_safeten
     read_safetensors_header,
 )
 
-RANK_FORMAT = "sparkfleet-rank-v1"
-
 
 def parse_keys(text: str) -> list[str]:
     keys = []
