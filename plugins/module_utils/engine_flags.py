@@ -17,6 +17,7 @@ these tables (tests/unit/test_engine_double_parser.py). Standard library only.
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -109,10 +110,12 @@ class _Parser(argparse.ArgumentParser):
         raise Refused(f"{self.prog}: error: {message}")
 
 
+@functools.cache
 def parser(version: str) -> argparse.ArgumentParser:
     """`tensorfold` with the `serve` subcommand of engine `version` (a key of SERVE_FLAGS); it raises
     Refused where argparse would exit 2: `tensorfold serve: error: ...` for a refusal inside serve,
-    `tensorfold: error: unrecognized arguments: ...`, as the real command says them."""
+    `tensorfold: error: unrecognized arguments: ...`, as the real command says them. Built once per version
+    and process (parse_args changes nothing in the parser: preflight parses every rank of every node)."""
     top = _Parser(prog="tensorfold", add_help=False)
     serve = top.add_subparsers(dest="command", required=True).add_parser("serve", add_help=False)
     for flag, action, kind, choices, default in SERVE_FLAGS[version]:
