@@ -11,6 +11,10 @@ description:
     that name without the label is reported as C(foreign) and never touched by sparkfleet.
   - Hardware gates for the container spec - whether an NVIDIA container runtime exists (for
     C(--gpus all)) and which of I(devices) are present.
+  - Why not C(community.docker.docker_container_info), C(docker_image_info) and
+    C(ansible.builtin.systemd_service) - every engine_service run and status starts with this read, and it
+    takes the unit, the container, the image, the hardware gates, the clock cap, the weights record and the
+    rank's log in one round trip a node, where those would be a task (a round trip) each.
 options:
   name:
     type: str

@@ -8,6 +8,9 @@ module: preflight_facts
 short_description: Read free disk and memory, kernel settings, docker, nvidia-smi and listening ports
 description:
   - Read-only probe for preflight layer 2. Supports check mode; never changes the node.
+  - Why not C(community.docker.docker_host_info) and facts modules - one round trip reads it all, and it runs
+    before any role has installed anything (C(docker version) reports a missing or stopped Docker; the
+    community.docker modules need python3-requests, which role engine_image installs later).
   - Free disk is measured on the filesystem that holds O(weights_path) (its nearest existing parent
     when it does not exist yet); what the weights directory already holds is reported separately, so
     a re-run after the download is not refused for the space the weights themselves use.

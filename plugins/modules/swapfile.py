@@ -17,6 +17,8 @@ description:
   - With I(activate=true) the file is switched on (C(swapon)) when it is not in /proc/swaps. With
     I(activate=false) (a container, where swapon would act on the host's kernel) it is made and validated
     only, and C(activation_skipped) says so.
+  - No maintained module makes a swapfile; C(ansible.posix.mount) writes its line in /etc/fstab
+    (role host_tuning).
   - Supports check mode.
 options:
   path:

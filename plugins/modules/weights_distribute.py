@@ -15,6 +15,8 @@ description:
     The source is the head's plain snapshot of hard links, so no hub-cache symlink reaches a worker.
   - Workers need no internet; they only receive over SSH from the head.
   - Writes a progress file (bytes, rate, ETA) for the role's wait action.
+  - Why not C(ansible.posix.synchronize) - it runs one rsync per host and task, one stream over one address;
+    this copies to all workers at once over several streams per fabric address, with progress.
 options:
   src: {type: path, required: true, description: the head's snapshot directory}
   dest: {type: path, required: true, description: the workers' snapshot directory}

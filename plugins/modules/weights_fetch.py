@@ -16,6 +16,8 @@ description:
     parallel; a file that was cut off resumes from its C(.incomplete) part with an HTTP Range
     request; finished files are not fetched again. Every byte is hashed as it arrives and checked.
   - Runs under the interpreter of the venv that holds huggingface_hub.
+  - Why not C(ansible.builtin.get_url) - one file a task, no resolve of a revision, no resume from a cut-off
+    part and no Hugging Face cache layout; this fetches every file of the pins in parallel in one async task.
 options:
   mode: {type: str, choices: [resolve, download], default: resolve, description: what to do}
   endpoint: {type: str, default: "", description: hub URL; empty = huggingface_hub's default}
