@@ -24,7 +24,9 @@ if ! docker info >/dev/null 2>&1; then
     $SUDO systemctl start docker
   else
     echo "ensure-host: starting dockerd (log: /var/log/sparkfleet-dockerd.log)"
-    $SUDO sh -c 'nohup dockerd >/var/log/sparkfleet-dockerd.log 2>&1 &'
+    # in a session of its own (setsid): a dockerd left in the caller's process group died with it when a job
+    # runner stopped that group (a finished tool job), and took every running lab with it
+    $SUDO sh -c 'setsid nohup dockerd >>/var/log/sparkfleet-dockerd.log 2>&1 </dev/null &'
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "ensure-host: dockerd did not answer within 60 s; see /var/log/sparkfleet-dockerd.log" >&2; exit 1; }
