@@ -140,6 +140,7 @@ def clocks_table(data: dict[str, Any]) -> str:
 
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "status": engine_status_table,
+    "start": engine_status_table,  # start ends with the status (playbooks/start.yml)
     "host-status": host_status_table,
     "clocks": clocks_table,
 }

@@ -162,6 +162,10 @@ def test_start_shows_the_engine_loading(lab) -> None:
     polls = [line for line in waiting if re.search(r"\(attempt \d+/\d+\)$", line)]
     assert polls, waiting
     assert "engine ready on" in out
+    # start ends with the status read (playbooks/start.yml): the CLI draws its table
+    table = out[out.index("ENGINE STATUS") :].splitlines()
+    assert [line.split()[0] for line in table[3 : 3 + len(lab.hosts)]] == lab.hosts
+    assert "engine: healthy" in table
 
 
 @pytest.mark.destructive

@@ -247,12 +247,13 @@ def assert_started_in_order(lab) -> None:
 
 
 def recover(lab, play, verify: bool = False) -> None:
-    """start.yml brings the cluster back in order and status says healthy; verify.yml (real requests)
-    only where asked: the last fault test, so the next module starts from a verified cluster."""
+    """start.yml brings the cluster back in order and the status it ends with says healthy (one run: start
+    reads the status as `sparkfleet status` does); verify.yml (real requests) only where asked: the last fault
+    test, so the next module starts from a verified cluster."""
     result = run(play, "playbooks/start.yml")
     assert result.exit_code == 0, failure_text(result)
     assert_started_in_order(lab)
-    status = engine_status(run(play, "playbooks/status.yml"))
+    status = engine_status(result)
     assert status["healthy"], status
     if verify:
         assert run(play, "playbooks/verify.yml").exit_code == 0
@@ -424,7 +425,7 @@ def test_a_pin_change_rebuilds_reships_and_restarts(lab, play, started):
     assert sum(s.changed for s in again.hosts.values()) == 0  # built and shipped once
     restarted = run(play, "playbooks/start.yml", sparkfleet_pins=moved)
     assert restarted.exit_code == 0, failure_text(restarted)
-    status = engine_status(run(play, "playbooks/status.yml", sparkfleet_pins=moved))
+    status = engine_status(restarted)  # the status start ends with
     assert {r["commit"] for r in status["rows"]} == {new[:12]}
     # the new commit's kernel cache is a directory of its own: its first start built its kernels
     assert (

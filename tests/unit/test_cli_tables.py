@@ -193,6 +193,18 @@ def test_engine_status_table() -> None:
     assert tables.engine_status_table({}) == ""  # no data (the run stopped before): no table
 
 
+def test_start_ends_with_the_status_table(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """playbooks/start.yml ends with the status read (engine_status): `sparkfleet start` draws its table."""
+    (project / PLAYBOOKS["start"]).write_text(
+        "- name: Start\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Status\n      ansible.builtin.set_stats:\n        data:\n"
+        f"          engine_status: {json.dumps(ENGINE)}\n        per_host: false\n      run_once: true\n"
+    )
+    assert cli.main(["start", "-i", str(project / "local.yml")]) == 0
+    table = tables.engine_status_table({"engine_status": ENGINE})
+    assert table and table in capsys.readouterr().out
+
+
 def test_clocks_table() -> None:
     lines = tables.clocks_table({"clocks": CLOCKS}).splitlines()
     assert lines[1].split()[:3] == ["NODE", "GPU", "CAP"]
