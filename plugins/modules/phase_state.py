@@ -39,8 +39,9 @@ options:
     elements: path
     default: []
     description: >-
-      (record) Paths whose content, owner and mode are recorded (a missing path is recorded as missing, so a
-      file that appears is drift too). Paths under C(/proc) or C(/sys) are recorded by content only.
+      (record) Paths whose content (as its sha256, never the content itself), owner and mode are recorded (a
+      missing path is recorded as missing, so a file that appears is drift too). A directory is recorded by
+      owner and mode. Paths under C(/proc) or C(/sys) are recorded by content only.
   units:
     type: list
     elements: str
@@ -99,8 +100,8 @@ VERSION = 1  # the record's format: a record of another format is not clean
 
 
 def file_state(path: str) -> dict | None:
-    """What is recorded of a path: sha256 of its content, and owner and mode for a real file; None if
-    missing."""
+    """What is recorded of a path: sha256 of its content (never the content: a private key is hashed like any
+    file), and owner and mode for a real file; owner and mode for a directory; None if missing."""
     try:
         with open(path, "rb") as fh:
             digest = hashlib.sha256(fh.read()).hexdigest()
@@ -109,7 +110,10 @@ def file_state(path: str) -> dict | None:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a directory, not permitted: recorded as what it is, so a change still shows
+    except IsADirectoryError:  # a directory (~/.ssh: sshd's StrictModes checks its mode): owner and mode
+        st = os.stat(path)
+        return {"directory": True, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
+    except OSError as exc:  # not permitted: recorded as what it is, so a change still shows
         return {"error": exc.__class__.__name__}
     return {"sha256": digest, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
 

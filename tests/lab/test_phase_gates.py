@@ -37,6 +37,12 @@ def engine_started(lab) -> dict[str, dict[str, str]]:
     return out
 
 
+def reach(lab, head: str, worker: str, user: str) -> str:
+    """`ssh <worker> true` on the head as the user, through its ssh config (the managed block): "rc=<rc>"."""
+    cmd = f"ssh -o ConnectTimeout=3 {worker} true </dev/null >/dev/null 2>&1; echo rc=$?"
+    return lab.exec(head, "sh", "-c", cmd, user=user).strip()
+
+
 def phase_record(lab, host: str, role: str) -> dict | None:
     text = lab.exec(host, "cat", f"/var/lib/sparkfleet/phases/{role}.json", check=False)
     return json.loads(text) if text.strip() else None
@@ -56,6 +62,7 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
     for host in lab.hosts:  # the gated phases were recorded by the converge, and found clean now
         assert phase_record(lab, host, "earlyoom") is not None, host
         assert phase_record(lab, host, "host_tuning") is not None, host
+        assert phase_record(lab, host, "ssh_trust") is not None, host
 
 
 @pytest.mark.destructive
@@ -64,8 +71,21 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     """Three kinds of drift, each on its own node, all fixed by one site.yml run and reported as changed: a
     managed file edited (earlyoom's settings), a unit stopped (earlyoom), a sysctl reset (the drop-in's
     vm.swappiness back to the kernel's 60: a lab node's /proc/sys/vm is the host's and read-only, so the live
-    half is the module's unit test, tests/unit/test_phase_state.py)."""
+    half is the module's unit test, tests/unit/test_phase_state.py). And ssh_trust's trust broken at both
+    ends: the managed block of the head's ssh config pointed elsewhere, the head's key taken out of a
+    worker's authorized_keys; ssh_trust's gate sees its files changed and applies in full."""
     edited, stopped, reset = lab.hosts[0], lab.hosts[1], lab.hosts[-1]  # TP2: the last two on one node
+    # ssh_trust's files, as its records list them (the head's record has its ssh config, a worker's its
+    # authorized_keys)
+    head, worker = lab.hosts[0], lab.hosts[1]
+    config = next(f for f in phase_record(lab, head, "ssh_trust")["files"] if f.endswith("/.ssh/config"))
+    keys = next(f for f in phase_record(lab, worker, "ssh_trust")["files"] if f.endswith("/authorized_keys"))
+    user = lab.exec(head, "stat", "-c", "%U", config).strip()
+    ssh_config, authorized = lab.exec(head, "cat", config), lab.exec(worker, "cat", keys)
+    assert f"Host {worker}\n  HostName " in ssh_config and f"sparkfleet {head} -> workers" in authorized
+    lab.exec(head, "sed", "-i", f"/^Host {worker}$/{{n;s/HostName .*/HostName 192.0.2.1/}}", config)
+    lab.exec(worker, "sed", "-i", f"/sparkfleet {head} -> workers/d", keys)
+    assert reach(lab, head, worker, user) != "rc=0"
     settings = lab.exec(edited, "cat", "/etc/default/earlyoom")
     sysctl = lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf")
     assert "vm.swappiness" in sysctl
@@ -87,6 +107,12 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
 
     assert lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf") == sysctl
     assert any("sysctl drop-in" in t for t in changed.by_host.get(reset, [])), changed.by_host
+
+    assert lab.exec(head, "cat", config) == ssh_config
+    assert any("Point ssh on the head" in t for t in changed.by_host.get(head, [])), changed.by_host
+    assert sorted(lab.exec(worker, "cat", keys).splitlines()) == sorted(authorized.splitlines())
+    assert any("Authorize the head's key" in t for t in changed.by_host.get(worker, [])), changed.by_host
+    assert reach(lab, head, worker, user) == "rc=0"  # the trust works again
 
     # and the run after that finds every phase clean again
     again = Changed()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.sparkfleet.cluster.plugins.action import phase_state as action
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,3 +158,62 @@ def test_tree_digest_changes_with_any_file(tmp_path: Path) -> None:
     (tmp_path / "tasks/main.yml").write_text("- name: b\n")
     assert action.tree_digest(tmp_path) != first
     action._TREES.clear()
+
+
+def test_a_secret_is_recorded_by_its_hash_only(node: dict) -> None:
+    """ssh_trust records the head's private key: its sha256, owner and mode, never a byte of it."""
+    key = node["root"] / "id_ed25519"
+    body = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END OPENSSH KEY-----\n"
+    key.write_text(body)
+    key.chmod(0o600)
+    out = run(node, {"state": "record", "digest": "d1", "files": [str(key)]})
+    text = Path(node["record"]).read_text()
+    assert "c2VjcmV0" not in text and "PRIVATE" not in text and "c2VjcmV0" not in json.dumps(out)
+    assert set(json.loads(text)["files"][str(key)]) == {"sha256", "mode", "uid", "gid"}
+    key.write_text(body.replace("c2Vj", "c2Vk"))
+    assert read(node)["drift"] == [f"{key}: sha256 changed"]  # the reason names the path, never the content
+
+
+def test_a_directory_is_recorded_by_owner_and_mode(node: dict) -> None:
+    """~/.ssh: sshd refuses a key whose directory others can write (StrictModes), so its mode is state too."""
+    ssh = node["root"] / "home/.ssh"
+    ssh.mkdir(parents=True)
+    ssh.chmod(0o700)
+    run(node, {"state": "record", "digest": "d1", "files": [str(ssh)]})
+    assert json.loads(Path(node["record"]).read_text())["files"][str(ssh)]["mode"] == "0700"
+    assert read(node)["clean"] is True
+    ssh.chmod(0o777)
+    assert read(node)["drift"] == [f"{ssh}: mode changed"]
+
+
+SSH_TRUST = ROOT / "roles/ssh_trust"
+
+
+def test_ssh_trust_gates_its_writes_and_always_runs_its_checks() -> None:
+    """The gate skips the writes (tasks/apply.yml, included unless every node is clean), never the checks that
+    see the network: a swapped cable or a worker's sshd changes none of the files the record lists."""
+    main = yaml.safe_load((SSH_TRUST / "tasks/main.yml").read_text())
+    apply = (SSH_TRUST / "tasks/apply.yml").read_text()
+
+    def tasks(items: list) -> list:
+        for t in items:
+            yield t
+            yield from tasks(t.get("block") or [])
+            yield from tasks(t.get("rescue") or [])
+
+    include = next(t for t in tasks(main) if "ansible.builtin.include_tasks" in t)
+    assert include["ansible.builtin.include_tasks"] == "apply.yml"
+    assert include["when"] == "not __ssh_trust_clean"
+    for check in ("Reach every worker address from the head by key", "Reach every worker by name through the "
+                  "managed ssh config", "Check that the head reached every worker"):  # fmt: skip
+        task = next(t for t in tasks(main) if t.get("name", "").startswith(check))
+        assert "__ssh_trust_clean" not in json.dumps(task), check
+    for write in ("openssh_keypair", "authorized_key:", "ansible.builtin.template:", "blockinfile:"):
+        assert write in apply, write
+        assert write not in (SSH_TRUST / "tasks/main.yml").read_text(), write
+    # the read and the record hash the same inputs, so an unchanged cluster reads clean
+    gate = [t["sparkfleet.cluster.phase_state"] for t in tasks(main) if "sparkfleet.cluster.phase_state" in t]
+    reads = [g for g in gate if g.get("state", "read") == "read"]
+    records = [g for g in gate if g.get("state") == "record"]
+    assert len(reads) == len(records) == 1 and reads[0]["inputs"] == records[0]["inputs"]
+    assert "__ssh_trust_key" in records[0]["files"] and "authorized_keys" in records[0]["files"]
