@@ -8,9 +8,13 @@ DOCUMENTATION = r"""
 module: oom_score_adj
 short_description: Give the running main process of systemd units an oom_score_adj
 description:
-  - For each unit that exists and runs, reads C(/proc/<MainPID>/oom_score_adj) and writes I(value) where it
-    differs. This is the live half of an C(OOMScoreAdjust=) drop-in; systemd applies the drop-in at the next
-    start, and restarting docker would stop the engine.
+  - For each unit that exists and runs, reads C(/proc/<MainPID>/oom_score_adj) and writes I(value) where
+    the score is higher. This is the live half of an C(OOMScoreAdjust=) drop-in; systemd applies the drop-in
+    at the next start, and restarting docker would stop the engine.
+  - A score already at or below I(value) is kept, never raised - the process is already as safe from the
+    OOM killer as asked, or safer. OpenSSH's sshd sets its own to -1000 when it starts on Linux, after
+    systemd applied the drop-in (seen on the VM lab's real kernel - -900 written over sshd's -1000 would
+    have made it killable sooner, and every check-mode run reported that as a change).
   - Lowering a score needs CAP_SYS_RESOURCE. Where the node does not grant it (a container), the unit is
     reported in C(not_applied) with the reason and a warning; nothing is claimed as done.
   - Supports check mode.
@@ -37,7 +41,8 @@ author: sparkfleet developers
 
 RETURN = r"""
 units:
-  description: Per unit id, pid, before, after, state (set, ok, absent, stopped, not_applied) and reason.
+  description: Per unit id, pid, before, after, state (set; ok when at or below the value; absent, stopped,
+    not_applied) and reason.
   type: list
   returned: always
 not_applied:
@@ -118,8 +123,8 @@ def main() -> None:
         except (OSError, ValueError) as err:
             module.fail_json(msg=f"cannot read {path} ({info['id']}): {err}")
         entry = {**info, "before": before, "after": before, "state": "ok"}
-        if before == p["value"]:
-            results.append(entry)
+        if before <= p["value"]:
+            results.append(entry)  # as protected as asked, or more (sshd's own -1000): never raised
             continue
         error = None
         if p["value"] < before and not may_lower:

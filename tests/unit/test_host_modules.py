@@ -651,6 +651,18 @@ def test_oom_score_is_set_on_running_services_once(tmp_path):
     assert oom(tmp_path, proc, systemctl)["changed"] is False
 
 
+def test_oom_score_already_lower_is_kept_never_raised(tmp_path):
+    """sshd sets its own oom_score_adj to -1000 on Linux after systemd applied the drop-in's -900 (the VM
+    lab's real kernel): the module keeps it, in check mode and in a real run."""
+    systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101), "docker.service": ("loaded", 202)})
+    proc = fake_proc(tmp_path, {101: -1000, 202: -900}, cap_sys_resource=True)
+    for check in (True, False):
+        result = oom(tmp_path, proc, systemctl, check=check)
+        assert result["changed"] is False, result
+        assert {u["id"]: u["state"] for u in result["units"]}["ssh.service"] == "ok"
+    assert (proc / "101/oom_score_adj").read_text() == "-1000\n"
+
+
 def test_oom_score_without_cap_sys_resource_is_reported_not_claimed(tmp_path):
     systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101)})
     proc = fake_proc(tmp_path, {101: 0}, cap_sys_resource=False)
