@@ -274,6 +274,8 @@ CASES = [
      "each validated pair is {kernel: <uname -r>, driver: <NVIDIA driver version>}"),
     ("firmware-unknown-component", "tp2", set_var("other", host_tuning_firmware_min={"gpu": "1.0"}),
      "host_tuning_firmware_min={'gpu': '1.0'}: a mapping of bios, soc, ec, pd, connectx7"),
+    ("firmware-version-with-a-space", "tp2", set_var("other", host_tuning_firmware_min={"ec": "0x0300 0508"}),
+     "host_tuning_firmware_min={'ec': '0x0300 0508'}: a mapping of bios, soc, ec, pd, connectx7"),
     ("ready-check-unknown", "tp2", set_var("other", host_tuning_ready_checks=["disk"]),
      "host_tuning_ready_checks=['disk']: expected one of page size, memory saver, firmware, kernel pair"),
     ("ready-firmware-without-minimums", "tp2", set_var("other", host_tuning_ready_checks=["firmware"]),
@@ -287,6 +289,8 @@ CASES = [
     # role earlyoom
     ("earlyoom-threshold-zero", "tp2", set_var("other", earlyoom_mem_kill_percent=0),
      "earlyoom_mem_kill_percent=0: expected a whole number between 1 and 100"),
+    ("earlyoom-argument-with-a-space", "tp2", set_var("other", earlyoom_extra_args=["--sort-by-rss now"]),
+     "earlyoom arguments ['--sort-by-rss now'] contain whitespace or quotes"),
     ("earlyoom-kill-above-term", "tp2", set_var("other", earlyoom_mem_kill_percent=10),
      "earlyoom_mem_kill_percent=10 is above earlyoom_mem_term_percent=4"),
     # role gpu_clocks
