@@ -1,5 +1,6 @@
 """The task results of a run, collected from its events (play(..., on_event=Events())): shared by the lab
-tests that read what a task said (test_host.py, test_cluster_facts.py)."""
+tests that read what a task said (test_host.py, test_cluster_facts.py) and the VM lab's (tests/vm, through its
+conftest.py)."""
 
 from __future__ import annotations
 

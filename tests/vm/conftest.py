@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from sparkfleet_lab.vm.lab import VmLab, is_vm_lab
 
-_spec = importlib.util.spec_from_file_location(
-    "sparkfleet_lab_fixtures", Path(__file__).parents[1] / "lab/conftest.py"
-)
-_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_fixtures = _load("sparkfleet_lab_fixtures", Path(__file__).parents[1] / "lab/conftest.py")
+# the lab tests' Events (task results by task name), importable as there: `from lab_events import Events`
+sys.modules["lab_events"] = _load("lab_events", Path(__file__).parents[1] / "lab/lab_events.py")
 
 node = _fixtures.node
 play = _fixtures.play

@@ -5,6 +5,7 @@ so every node was rebooted (a real reset: firmware, GRUB, kernel) after the role
 from __future__ import annotations
 
 import pytest
+from lab_events import Events
 
 pytestmark = pytest.mark.usefixtures("lab")
 
@@ -77,27 +78,13 @@ def test_not_a_container(vm):
     assert vm.check_output("systemd-detect-virt --vm") == "qemu"
 
 
-class _Events:
-    """The task results of a run: results("Task name") -> {host: res}."""
-
-    def __init__(self) -> None:
-        self.items: list[dict] = []
-
-    def __call__(self, event: dict) -> None:
-        if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-            self.items.append(event["event_data"])
-
-    def results(self, task: str) -> dict[str, dict]:
-        return {e["host"]: e["res"] for e in self.items if e.get("task") == task}
-
-
 # The host-status rows a VM has for real (its own kernel, swap, sysctls, command line): ok, where the
 # container lab answers n/a. The rest (driver, board and ConnectX-7 firmware, memory saver) need a Spark.
 VM_ROWS = ("kernel", "page size", "THP", "swap", "kernel command line", "sysctl")
 
 
 def test_host_status_rows_a_vm_has_are_ok(lab, play):
-    events = _Events()
+    events = Events()
     result = play(
         "playbooks/host_status.yml", on_event=events, extravars={"host_tuning_status_strict": False}
     )
