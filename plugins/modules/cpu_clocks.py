@@ -213,7 +213,12 @@ def main() -> None:
         policies=policies,
         written=[x["name"] for x in writes] if live else [],
         skipped_reason=skipped,
-        report=report(cap, policies, skipped),
+        # after a write, the clocks as they are now (what state=query would report)
+        report=report(
+            cap,
+            read_policies(p["cpufreq_root"]) if changed and live and not module.check_mode else policies,
+            skipped,
+        ),
         diff=state_diff(p["state_file"], configured, cap, CPU_KEY),
     )
 
