@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -578,6 +579,33 @@ def test_layer_1_checks_every_role_once_through_its_own_validate_tasks():
     every = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/validate.yml"))
     assert sorted(roles) == every, roles
     assert roles[:2] == ["sparkfleet", "cluster_plan"], roles
+
+
+def test_a_role_skips_its_own_input_checks_only_after_layer_1_of_the_same_run():
+    """docs/design.md "Inputs checked once per run": every role's import of its validate.yml is skipped only
+    when preflight layer 1 passed in this run (the fact sparkfleet_inputs_checked, set by its verdict, never
+    cached), and the rules read no node's state (no gathered fact, no registered result), so layer 1's
+    verdict is theirs."""
+    skip = (
+        "not ((hostvars['localhost']['sparkfleet_inputs_checked'] | default(false))"
+        " or (sparkfleet_inputs_checked | default(false)))"
+    )
+    importers = sorted(
+        f for f in (ROOT / "roles").glob("*/tasks/*.yml") if "import_tasks: validate.yml" in f.read_text()
+    )
+    # preflight's own validate.yml runs inside layer 1 only; every other role imports it from its entry point
+    assert {f.parent.parent.name for f in importers} == {
+        p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/validate.yml")
+    } - {"preflight"}
+    for f in importers:
+        text = f.read_text()
+        block = text[text.index("import_tasks: validate.yml") :].split("\n- ", 1)[0]
+        assert skip in block, f"{f.relative_to(ROOT)}: its validate.yml import is not skipped after layer 1"
+    inventory_only = {"ansible_host"}  # an inventory variable
+    for v in (ROOT / "roles").glob("*/tasks/validate.yml"):
+        names = set(re.findall(r"\bansible_\w+", v.read_text())) - inventory_only
+        assert not names, f"{v.relative_to(ROOT)} reads node state {sorted(names)}: layer 1 did not judge it"
+        assert "register:" not in v.read_text(), v
 
 
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
