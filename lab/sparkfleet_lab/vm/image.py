@@ -2,9 +2,10 @@
 
 Built from Debian's packages only (debootstrap from the mirror apt reaches), on a loop device: one MBR
 partition (ext4), GRUB for BIOS boot, the kernels of packages.txt, the lab's overlay (node identity from qemu
-fw_cfg, the management netplan for NetworkManager, the GPU simulator). The result is a qcow2 under
-.cache/vm/, named by a hash of everything that goes into it: an unchanged input reuses it, a changed one
-(a package, an overlay file, the simulator, this procedure) builds a new one. Each VM runs on its own
+fw_cfg, the management netplan for NetworkManager, the GPU simulator). The result is a qcow2 in the lab's work
+directory (/var/tmp/sparkfleet-lab/vm, or under SPARKFLEET_LAB_WORKDIR: kept across checkouts, as Docker keeps
+the container lab's images), named by a hash of everything that goes into it: an unchanged input reuses it, a
+changed one (a package, an overlay file, the simulator, this procedure) builds a new one. Each VM runs on its own
 copy-on-write overlay of it, so the cached disk is never written by a guest.
 """
 
@@ -57,12 +58,12 @@ def image_tag() -> str:
     return h.hexdigest()[:12]
 
 
-def cache_dir(project_dir: Path) -> Path:
-    return project_dir / ".cache" / "vm"
+def cache_dir() -> Path:
+    return container_image.WORK_ROOT / "vm"
 
 
-def image_path(project_dir: Path) -> Path:
-    return cache_dir(project_dir) / f"debian-{SUITE}-amd64-{image_tag()}.qcow2"
+def image_path() -> Path:
+    return cache_dir() / f"debian-{SUITE}-amd64-{image_tag()}.qcow2"
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -77,9 +78,9 @@ def _chroot(root: Path, *cmd: str) -> subprocess.CompletedProcess:
     return _run(["chroot", str(root), *cmd], env=env)
 
 
-def ensure_image(project_dir: Path, say=container_image._log) -> Path:
+def ensure_image(say=container_image._log) -> Path:
     """The cached guest disk for the current inputs, built if missing."""
-    out = image_path(project_dir)
+    out = image_path()
     if out.exists():
         return out
     for tool in ("debootstrap", "qemu-img", "sfdisk", "losetup", "mkfs.ext4"):

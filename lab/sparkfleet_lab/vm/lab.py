@@ -122,7 +122,7 @@ class VmLab(LabPaths):
 
     # ---- up ------------------------------------------------------------------------------
     def up(self) -> int:
-        base = image.ensure_image(self.project_dir, say=self.say)
+        base = image.ensure_image(say=self.say)
         self.state.update(kind="vm", name=self.name, topology=self.topology, image=str(base))
         self.state.setdefault(
             "ports", {h: _free_port(socket.SOCK_STREAM, self.ssh_address(h)) for h in self.hosts}
