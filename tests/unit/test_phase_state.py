@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +63,7 @@ def run(node: dict, args: dict, check_mode: bool = False) -> dict:
     payload = {"ANSIBLE_MODULE_ARGS": {"path": node["record"], **args, "_ansible_check_mode": check_mode}}
     proc = subprocess.run(
         [sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-        check=False, env=node["env"],
+        check=False, env=node["env"], timeout=120,
     )  # fmt: skip
     out = json.loads(proc.stdout)
     assert not out.get("failed"), out
@@ -184,6 +186,171 @@ def test_a_directory_is_recorded_by_owner_and_mode(node: dict) -> None:
     assert read(node)["clean"] is True
     ssh.chmod(0o777)
     assert read(node)["drift"] == [f"{ssh}: mode changed"]
+
+
+# ---- stat_paths: big files (model weights) by their stat alone, and the listing of their directory --------
+
+
+@pytest.fixture
+def weights(node: dict) -> dict:
+    """A snapshot directory as model_weights leaves it (shards in a subdirectory too) and a venv whose pinned
+    package is a dist-info directory named with its version."""
+    snap = node["root"] / "models/snapshot"
+    (snap / "engram").mkdir(parents=True)
+    for rel, body in (
+        ("model-00001-of-00002.safetensors", b"a" * 4096),
+        ("model-00002-of-00002.safetensors", b"b" * 4096),
+        ("config.json", b"{}\n"),
+        ("engram/model-00047-of-00048.safetensors", b"c" * 512),
+    ):
+        (snap / rel).write_bytes(body)
+    dist = node["root"] / "venv/lib/python3.12/site-packages/huggingface_hub-2.4.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Name: huggingface_hub\nVersion: 2.4.0\n")
+    pattern = str(node["root"] / "venv/lib/python3*/site-packages/huggingface_hub-*.dist-info")
+    return {"snap": snap, "dist": dist, "pattern": pattern, "paths": [str(snap), pattern]}
+
+
+def record_stats(node: dict, weights: dict, **extra) -> dict:
+    return run(node, {"state": "record", "digest": "d1", "stat_paths": weights["paths"], **extra})
+
+
+def shard(weights: dict) -> Path:
+    return weights["snap"] / "model-00001-of-00002.safetensors"
+
+
+def rewrite_keeping_mtime(path: Path) -> None:
+    """A byte flipped in place and the mtime put back (what an admin's tool, or a bit of bad luck, may do):
+    the ctime still moves, as user space cannot set it."""
+    st = path.stat()
+    with path.open("r+b") as fh:
+        fh.seek(100)
+        fh.write(b"X")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def replace_by_a_copy(path: Path) -> None:
+    """The same bytes, size and mtime in a new file renamed over it (another inode)."""
+    copy = path.with_name("copy")
+    shutil.copy2(path, copy)
+    copy.replace(path)
+
+
+@pytest.mark.parametrize(
+    ("disturb", "reason"),
+    [
+        (lambda w: shard(w).unlink(), "1 removed (model-00001-of-00002.safetensors)"),
+        (lambda w: os.truncate(shard(w), 1000), "1 changed (model-00001-of-00002.safetensors)"),
+        (lambda w: rewrite_keeping_mtime(shard(w)), "1 changed (model-00001-of-00002.safetensors)"),
+        (lambda w: replace_by_a_copy(shard(w)), "1 changed (model-00001-of-00002.safetensors)"),
+        (lambda w: (w["snap"] / "engram/model-00047-of-00048.safetensors").unlink(), "removed (engram/"),
+        (lambda w: (w["snap"] / "stray.safetensors").write_bytes(b"x"), "1 appeared (stray.safetensors)"),
+        (lambda w: (w["snap"] / "extra").mkdir(), "1 appeared (extra)"),
+    ],
+    ids=["shard-deleted", "shard-truncated", "shard-rewritten-mtime-kept", "shard-replaced",
+         "subdir-file-deleted", "file-appeared", "directory-appeared"],
+)  # fmt: skip
+def test_a_weights_file_changed_behind_our_back_is_drift(
+    node: dict, weights: dict, disturb, reason: str
+) -> None:
+    assert record_stats(node, weights)["changed"] is True
+    assert read(node)["clean"] is True
+    disturb(weights)
+    out = read(node)
+    assert out["clean"] is False
+    lines = [line for line in out["drift"] if line.startswith(f"{weights['snap']}: ")]
+    assert any(reason in line for line in lines), out["drift"]
+    assert not Path(node["record"]).exists()
+
+
+def test_a_weights_file_is_recorded_by_stat_and_never_read(node: dict, weights: dict) -> None:
+    """The record holds the stat (size, mtime_ns, ctime_ns, inode, device) of each file, no digest of it; a
+    file that cannot be opened without blocking (a FIFO) is recorded all the same."""
+    secret = shard(weights)
+    record_stats(node, weights)
+    entry = json.loads(Path(node["record"]).read_text())["stats"][str(weights["snap"])]["tree"][secret.name]
+    st = secret.stat()
+    assert entry == {"stat": [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]}
+    assert len(Path(node["record"]).read_text()) < 4096  # no content: 4 files take a few lines
+    assert read(node)["clean"] is True
+    # a FIFO in the snapshot: opening it would block the module forever; by stat it is just recorded
+    os.mkfifo(weights["snap"] / "pipe")
+    assert "1 appeared (pipe)" in read(node)["drift"][0]
+    record_stats(node, weights)
+    assert read(node)["clean"] is True
+
+
+def test_reading_an_unchanged_snapshot_twice_is_clean_and_writes_nothing(node: dict, weights: dict) -> None:
+    record_stats(node, weights)
+    before = os.stat(node["record"]).st_mtime_ns
+    assert record_stats(node, weights)["changed"] is False  # the same state: the record is not rewritten
+    for _ in range(2):
+        assert (read(node)["clean"], read(node)["drift"]) == (True, [])
+    assert os.stat(node["record"]).st_mtime_ns == before
+
+
+@pytest.mark.parametrize(
+    ("disturb", "reason"),
+    [
+        # another version installed: pip removes the dist-info of the old one and writes the new one's
+        (lambda w: w["dist"].rename(w["dist"].with_name("huggingface_hub-2.5.0.dist-info")),
+         r"1 removed \(.+hub-2\.4\.0\.dist-info\); 1 appeared \(.+hub-2\.5\.0\.dist-info\)"),
+        (lambda w: shutil.rmtree(w["dist"].parents[3]), "removed$"),  # the venv deleted
+        (lambda w: (w["dist"] / "METADATA").write_text("Name: huggingface_hub\nVersion: 2.4.0\n\n"),
+         r"1 changed \(.+huggingface_hub-2\.4\.0\.dist-info\)"),  # reinstalled in place
+    ],
+    ids=["other-version", "venv-removed", "reinstalled"],
+)  # fmt: skip
+def test_the_venvs_pinned_package_changed_or_gone_is_drift(
+    node: dict, weights: dict, disturb, reason: str
+) -> None:
+    record_stats(node, weights)
+    recorded = json.loads(Path(node["record"]).read_text())["stats"][weights["pattern"]]
+    assert list(recorded["glob"]) == [str(weights["dist"])]  # the wildcard expanded on the node
+    disturb(weights)
+    out = read(node)
+    assert out["clean"] is False
+    pattern = f"^{re.escape(weights['pattern'])}: {reason}"
+    assert any(re.search(pattern, line) for line in out["drift"]), out["drift"]
+
+
+def test_a_stat_path_missing_when_recorded_that_appears_is_drift(node: dict, weights: dict) -> None:
+    rank = node["root"] / "models/rank"
+    run(node, {"state": "record", "digest": "d1", "stat_paths": [str(rank)]})
+    assert json.loads(Path(node["record"]).read_text())["stats"] == {str(rank): None}
+    assert read(node)["clean"] is True
+    rank.mkdir()
+    assert read(node)["drift"] == [f"{rank}: appeared"]
+
+
+def test_data_is_returned_while_clean_only(node: dict, weights: dict) -> None:
+    """What the apply resolved (the weights' commits) for a run that skips it; nothing once the phase is not
+    clean (the apply that follows says it again)."""
+    data = {"repos": [{"name": "model", "revision": "afc7aa0a", "commit": "afc7aa0a" + "0" * 32}]}
+    record_stats(node, weights, data=data)
+    assert read(node)["data"] == data
+    assert read(node, digest="d2")["data"] == {}
+    assert record_stats(node, weights, data=data)["changed"] is True  # the stale record went with the read
+    shard(weights).unlink()
+    out = read(node)
+    assert (out["clean"], out["data"]) == (False, {})
+
+
+def test_a_record_without_stat_paths_has_no_stats(node: dict) -> None:
+    """The roles that list no stat paths (earlyoom, host_tuning, ssh_trust) keep the record they had."""
+    record(node)
+    assert set(json.loads(Path(node["record"]).read_text())) == {"version", "digest", "files", "units"}
+
+
+def test_many_changed_entries_are_named_briefly(node: dict, weights: dict) -> None:
+    for i in range(8):
+        (weights["snap"] / f"s{i}").write_bytes(b"x")
+    record_stats(node, weights)
+    for i in range(8):
+        (weights["snap"] / f"s{i}").unlink()
+    (line,) = read(node)["drift"]
+    assert line == f"{weights['snap']}: 8 removed (s0, s1, s2, s3, s4 and 3 more)"
 
 
 SSH_TRUST = ROOT / "roles/ssh_trust"
