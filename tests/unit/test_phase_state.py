@@ -384,3 +384,76 @@ def test_ssh_trust_gates_its_writes_and_always_runs_its_checks() -> None:
     records = [g for g in gate if g.get("state") == "record"]
     assert len(reads) == len(records) == 1 and reads[0]["inputs"] == records[0]["inputs"]
     assert "__ssh_trust_key" in records[0]["files"] and "authorized_keys" in records[0]["files"]
+
+
+WEIGHTS = ROOT / "roles/model_weights"
+HEX40 = "afc7aa0a" + "0123456789abcdef" * 2
+
+
+@pytest.mark.parametrize(
+    ("model", "engram", "extra", "gated"),
+    [
+        ("afc7aa0a", "1bae0e10", {}, True),  # the recipes' short commits: resolved once, recorded
+        (HEX40, HEX40, {}, True),
+        (12345678, "1bae0e10", {}, True),  # YAML reads an all-digit revision as a number
+        ("main", "1bae0e10", {}, False),  # a branch moves upstream without any change here
+        ("afc7aa0a", "v1.0", {}, False),  # a tag too
+        ("afc7aa0a", "main", {"model_weights_engram_enabled": False}, True),  # the Engram repo is not used
+        ("AFC7AA0A", "1bae0e10", {}, False),  # not as a commit is written
+        ("afc7aa", "1bae0e10", {}, False),  # 6 hex: not a commit the resolve step checks
+        ("afc7aa0a", "1bae0e10", {"model_weights_verify_full": True}, False),  # a full hash asked for
+    ],
+)
+def test_model_weights_is_gated_only_while_every_revision_is_a_commit(
+    tmp_path: Path, model, engram, extra: dict, gated: bool
+) -> None:
+    """__model_weights_gated, as Ansible templates it from the role's defaults and vars: the read becomes
+    `state: absent` (and nothing is recorded) unless every revision the role resolves is a commit or a commit
+    prefix, and model_weights_verify_full is off."""
+    pins = {"model": {"repo": "o/m", "revision": model}, "engram": {"repo": "o/e", "revision": engram}}
+    play = [
+        {
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars_files": [str(WEIGHTS / "defaults/main.yml"), str(WEIGHTS / "vars/main.yml")],
+            "vars": {"sparkfleet_pins": pins},
+            "tasks": [
+                {
+                    "name": "Gated",
+                    "ansible.builtin.debug": {"msg": "GATED={{ __model_weights_gated | bool }}"},
+                }
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FACT_CACHING": "memory"}
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    proc = subprocess.run(  # extra vars: above the role's defaults, as an inventory's values are
+        [str(playbook), "-i", "localhost,", "-e", json.dumps(extra), str(tmp_path / "play.yml")],
+        capture_output=True, text=True, check=False, env=env, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"GATED={gated}" in proc.stdout, proc.stdout
+
+
+def test_model_weights_gate_reads_first_records_last_and_never_in_check_mode() -> None:
+    """The read comes right after the input checks and the role ends there only when every node is clean;
+    the record is the role's last task, hashes the same inputs as the read, lists the snapshot by stat, and
+    neither runs in check mode; status keeps its own task file (never gated)."""
+    main = yaml.safe_load((WEIGHTS / "tasks/main.yml").read_text())
+    assert main[0]["ansible.builtin.import_tasks"] == "validate.yml"
+    read, clean, _pins, stop = main[1:5]
+    gate = read["sparkfleet.cluster.phase_state"]
+    assert gate["state"] == "{{ 'read' if __model_weights_gated | bool else 'absent' }}"
+    assert read["when"] == "not ansible_check_mode" and read["become"] is True
+    assert "hosts_by_rank" in clean["ansible.builtin.set_fact"]["__model_weights_clean"] and clean["run_once"]
+    assert stop["ansible.builtin.meta"] == "end_role" and stop["when"] == "__model_weights_clean | bool"
+    record = main[-1]["sparkfleet.cluster.phase_state"]
+    assert (
+        record["state"] == "record" and record["inputs"] == gate["inputs"] and record["path"] == gate["path"]
+    )
+    assert {"not ansible_check_mode", "__model_weights_gated | bool"} <= set(main[-1]["when"])
+    stat_paths = yaml.safe_load((WEIGHTS / "vars/main.yml").read_text())["__model_weights_phase_stat_paths"]
+    assert "__model_weights_snapshot" in stat_paths and "huggingface_hub-*.dist-info" in stat_paths
+    assert "phase_state" not in (WEIGHTS / "tasks/status.yml").read_text()
