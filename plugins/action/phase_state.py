@@ -89,7 +89,7 @@ def canonical(value: Any) -> str:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "state", "inputs", "files", "units"))
+    _VALID_ARGS = frozenset(("path", "state", "inputs", "files", "stat_paths", "units", "data"))
 
     def _role(self) -> tuple[str, Path]:
         role = getattr(self._task, "_role", None)
@@ -133,7 +133,9 @@ class ActionModule(ActionBase):
             module_args["digest"] = self.digest(task_vars)
         if state == "record":
             module_args["files"] = list(args.get("files") or [])
+            module_args["stat_paths"] = list(args.get("stat_paths") or [])
             module_args["units"] = list(args.get("units") or [])
+            module_args["data"] = dict(args.get("data") or {})
         result.update(
             self._execute_module(
                 module_name="sparkfleet.cluster.phase_state", module_args=module_args, task_vars=task_vars

@@ -10,13 +10,14 @@ description:
   - A role's phase gate. At the end of a successful apply the role records, in one JSON file per role under
     the state directory, the digest of its inputs (computed on the controller by the action plugin of the same
     name) and a manifest of the cheap state it owns - files and their content, owner and mode, units and
-    whether each is active and enabled, kernel values read from files under C(/proc/sys) or C(/sys).
+    whether each is active and enabled, kernel values read from files under C(/proc/sys) or C(/sys), and big
+    files (model weights) by their stat alone, with the listing of the directories that hold them.
   - C(state=read) reads the record and re-reads everything in its manifest in one call. The phase is C(clean)
     when the record exists, its digest equals O(digest) and nothing in the manifest differs; the role then
     skips its apply. Otherwise the record is removed before the role applies (not in check mode), so an apply
     that fails or is interrupted leaves no record and the next run applies fully.
-  - C(state=record) reads the current state of O(files) and O(units) and writes the record atomically (a
-    reader sees the old record or the new one, never a part). It is the last task of the apply.
+  - C(state=record) reads the current state of O(files), O(stat_paths) and O(units) and writes the record
+    atomically (a reader sees the old record or the new one, never a part). It is the last task of the apply.
   - C(state=absent) removes the record.
   - Reading never changes anything but the removal of a stale record; check mode writes and removes nothing.
   - The action plugin of the same name computes O(digest) from the task's role and O(inputs).
@@ -42,11 +43,31 @@ options:
       (record) Paths whose content (as its sha256, never the content itself), owner and mode are recorded (a
       missing path is recorded as missing, so a file that appears is drift too). A directory is recorded by
       owner and mode. Paths under C(/proc) or C(/sys) are recorded by content only.
+  stat_paths:
+    type: list
+    elements: path
+    default: []
+    description: >-
+      (record) Paths recorded by their stat alone, never opened (files too big to hash on every run, such
+      as model weights): size, mtime_ns, ctime_ns, inode and device, and a symbolic link's target. ctime
+      cannot be set from user space, so a file rewritten, truncated or replaced shows even with its mtime put
+      back. A directory is recorded by the stat of every entry under it, recursively, so a file that appears
+      or vanishes in it shows too. A path with a wildcard (C(*), C(?), C([)) is expanded on the node and every
+      match recorded the same way, so a match that appears or vanishes shows (e.g. the C(*.dist-info)
+      directory of a pinned package in a venv, whose name holds the version). A missing path is recorded as
+      missing.
   units:
     type: list
     elements: str
     default: []
     description: (record) Units whose C(ActiveState) and C(UnitFileState) are recorded.
+  data:
+    type: dict
+    default: {}
+    description: >-
+      (record) Small values kept in the record and returned by C(state=read) while the phase is clean, for a
+      run that skips the apply (e.g. the commits the apply resolved its pins to). Never compared; nothing
+      secret.
   systemctl:
     type: path
     default: systemctl
@@ -74,6 +95,17 @@ EXAMPLES = r"""
     digest: "{{ digest }}"
     files: [/etc/default/earlyoom]
     units: [earlyoom.service]
+
+- name: Record the weights by stat (never read) and the listing of their directory
+  sparkfleet.cluster.phase_state:
+    path: /var/lib/sparkfleet/phases/model_weights.json
+    state: record
+    digest: "{{ digest }}"
+    files: [/var/lib/sparkfleet/weights.json]
+    stat_paths:
+      - /srv/sparkfleet/models/snapshot
+      - /opt/sparkfleet/hf-client/lib/python3*/site-packages/huggingface_hub-*.dist-info
+    data: {repos: [{name: model, revision: afc7aa0a, commit: afc7aa0a0123456789abcdef0123456789abcdef}]}
 """
 
 RETURN = r"""
@@ -85,12 +117,18 @@ drift:
   description: (read) Why the phase is not clean, one line per reason (empty when clean).
   type: list
   returned: always
+data:
+  description: (read) The O(data) recorded with the apply, while the phase is clean; else empty.
+  type: dict
+  returned: always
 """
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
@@ -116,6 +154,85 @@ def file_state(path: str) -> dict | None:
     except OSError as exc:  # not permitted: recorded as what it is, so a change still shows
         return {"error": exc.__class__.__name__}
     return {"sha256": digest, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
+
+
+WILDCARD = ("*", "?", "[")
+MAX_NAMED = 5  # drift lines per stat path: the first few entries by name, then how many more
+
+
+def stat_key(path: str) -> dict:
+    """What is recorded of one entry by its stat (lstat: a link is not followed): size, mtime_ns, ctime_ns,
+    inode and device (as the weights' stat cache, module_utils/weights_hash.stat_key), a link's target, and
+    whether it is a directory (whose own times change with its listing, recorded entry by entry instead)."""
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        return {"directory": True}
+    key: dict = {"stat": [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]}
+    if stat.S_ISLNK(st.st_mode):
+        key["link"] = os.readlink(path)
+    elif not stat.S_ISREG(st.st_mode):
+        key["type"] = stat.S_IFMT(st.st_mode)
+    return key
+
+
+def tree_state(path: str) -> dict | None:
+    """A path by stat alone: a file's stat key, or a directory's entries (relative path -> stat key) under it,
+    recursively, without following links; None if missing."""
+    try:
+        top = stat_key(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # not permitted: recorded as what it is, so a change still shows
+        return {"error": exc.__class__.__name__}
+    if not top.get("directory"):
+        return top
+    entries: dict[str, dict] = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        for name in dirnames + sorted(filenames):
+            full = os.path.join(dirpath, name)
+            try:
+                entries[os.path.relpath(full, path)] = stat_key(full)
+            except FileNotFoundError:  # gone while listed: as if never there
+                continue
+            except OSError as exc:
+                entries[os.path.relpath(full, path)] = {"error": exc.__class__.__name__}
+    return {"tree": entries}
+
+
+def stat_state(path: str) -> dict | None:
+    """What stat_paths records of one path: tree_state, or for a wildcard every match's (none: None)."""
+    if not any(c in path for c in WILDCARD):
+        return tree_state(path)
+    matches = sorted(glob.glob(path))
+    return {"glob": {m: tree_state(m) for m in matches}} if matches else None
+
+
+def _named(what: str, names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_NAMED])
+    more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return f"{len(names)} {what} ({shown}{more})"
+
+
+def stat_drift(path: str, was: dict | None, now: dict | None) -> list[str]:
+    """Why a stat path differs from its record, naming the entries (a path, never content)."""
+    if was == now:
+        return []
+    if was is None or now is None:
+        return [f"{path}: {'removed' if now is None else 'appeared'}"]
+    kind = "glob" if "glob" in was else "tree" if "tree" in was else None
+    if kind is None or kind not in now:
+        return [f"{path}: stat changed"]
+    old, new = was[kind], now[kind]
+    parts = []
+    for what, names in (
+        ("removed", sorted(set(old) - set(new))),
+        ("appeared", sorted(set(new) - set(old))),
+        ("changed", sorted(k for k in set(old) & set(new) if old[k] != new[k])),
+    ):
+        if names:
+            parts.append(_named(what, names))
+    return [f"{path}: {'; '.join(parts)}"]
 
 
 def unit_states(systemctl: str, units: list[str]) -> dict[str, dict]:
@@ -163,6 +280,8 @@ def drift(record: dict | None, digest: str, systemctl: str) -> list[str]:
             else:
                 what = [k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
                 reasons.append(f"{path}: {', '.join(what)} changed")
+    for path, was in sorted(record.get("stats", {}).items()):
+        reasons += stat_drift(path, was, stat_state(path))
     units = record.get("units", {})
     for unit, now in unit_states(systemctl, sorted(units)).items():
         was = units[unit]
@@ -179,7 +298,9 @@ def main() -> None:
             "state": {"type": "str", "choices": ["read", "record", "absent"], "default": "read"},
             "digest": {"type": "str", "default": ""},
             "files": {"type": "list", "elements": "path", "default": []},
+            "stat_paths": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "data": {"type": "dict", "default": {}},
             "systemctl": {"type": "path", "default": "systemctl"},
             "inputs": {"type": "dict", "default": {}},  # hashed by the action plugin, never sent here
         },
@@ -192,25 +313,32 @@ def main() -> None:
     if p["state"] == "absent":
         if exists and not module.check_mode:
             os.unlink(path)
-        module.exit_json(changed=exists, clean=False, drift=[])
+        module.exit_json(changed=exists, clean=False, drift=[], data={})
     if p["state"] == "read":
-        reasons = drift(read_record(path), p["digest"], p["systemctl"])
+        recorded = read_record(path)
+        reasons = drift(recorded, p["digest"], p["systemctl"])
         # a stale record goes before the apply starts: an apply that stops half way leaves none behind
         if reasons and exists and not module.check_mode:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        module.exit_json(changed=False, clean=not reasons, drift=reasons)
+        data = {} if reasons or recorded is None else recorded.get("data") or {}
+        module.exit_json(changed=False, clean=not reasons, drift=reasons, data=data)
     record = {
         "version": VERSION,
         "digest": p["digest"],
         "files": {f: file_state(f) for f in p["files"]},
         "units": unit_states(p["systemctl"], p["units"]),
     }
+    # only when asked: the records of the roles that list neither stay as they were written
+    if p["stat_paths"]:
+        record["stats"] = {f: stat_state(f) for f in p["stat_paths"]}
+    if p["data"]:
+        record["data"] = p["data"]
     text = json.dumps(record, indent=1, sort_keys=True) + "\n"
     changed = read_record(path) != record
     if changed and not module.check_mode:
         write_atomic(path, text, 0o644)
-    module.exit_json(changed=changed, clean=True, drift=[])
+    module.exit_json(changed=changed, clean=True, drift=[], data={})
 
 
 if __name__ == "__main__":

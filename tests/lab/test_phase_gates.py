@@ -1,13 +1,16 @@
 """Phase gates on a converged lab (docs/design.md "Phase gates"): a re-run of site.yml skips the phases whose
 inputs and state are unchanged, yet a node changed behind sparkfleet's back is found and fixed by the next
 run, and a second run restarts no container. Cheap for CI: two site.yml runs in all (one no-op, one with every
-kind of drift made at once on different nodes). See tests/lab/conftest.py for the fixtures."""
+kind of drift made at once on different nodes), and three of playbooks/weights.yml (model_weights'
+cluster-wide gate: a no-op, a worker's shard removed, an option changed). See tests/lab/conftest.py for the
+fixtures."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from lab_events import Events
 
 ENGINE_LABEL = "label=io.sparkfleet.engine.managed=true"
 
@@ -63,6 +66,7 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
         assert phase_record(lab, host, "earlyoom") is not None, host
         assert phase_record(lab, host, "host_tuning") is not None, host
         assert phase_record(lab, host, "ssh_trust") is not None, host
+        assert phase_record(lab, host, "model_weights") is not None, host
 
 
 @pytest.mark.destructive
@@ -118,3 +122,80 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     again = Changed()
     assert play("site.yml", on_event=again).exit_code == 0
     assert again.by_host == {}, again.by_host
+
+
+# ---- model_weights: a cluster-wide gate (the head downloads and copies to the workers) -------------------
+
+WEIGHTS_GATE = "Read model_weights' phase record and re-read the state it lists"
+# the tasks a clean gate still runs, on the controller: whether every node is clean, the recorded pins for
+# --json, and the end of the role
+WEIGHTS_CLEAN_TASKS = {
+    "Note whether every node's weights are as last applied",
+    "Report the resolved pins as last applied",
+    "Stop here when nothing changed on any node since the last apply",
+}
+# prepare.yml's first task: every node runs it whenever the role goes on past the gate
+WEIGHTS_APPLIED = "Find the user Ansible connects as and whether rsync, venv and packaging are there"
+SNAPSHOT = "/srv/sparkfleet/models/snapshot"
+
+
+def weights_run(play, **extravars):
+    events = Events()
+    result = play("playbooks/weights.yml", on_event=events, extravars=extravars or None)
+    assert result.exit_code == 0, [(f.host, f.task, f.msg) for f in result.failures]
+    return result, events
+
+
+@pytest.mark.tp2_faults  # the same on either topology: tp2 runs it (tp3's lane is CI's longest)
+def test_a_second_weights_run_changes_nothing_and_ends_at_the_gate_on_every_node(lab, play):
+    """After the converge, playbooks/weights.yml reads every node's record in one round trip, finds all clean
+    and ends the role there: no task of the apply runs on any node, nothing changes, and the pins the last
+    apply resolved are still reported (`sparkfleet weights --json`)."""
+    result, events = weights_run(play)
+    gate = events.results(WEIGHTS_GATE)
+    seen = {h: (r.get("clean"), r.get("drift")) for h, r in gate.items()}
+    assert seen == dict.fromkeys(lab.hosts, (True, [])), seen
+    names = [e["task"] for e in events.items]
+    after = set(names[max(i for i, n in enumerate(names) if n == WEIGHTS_GATE) + 1 :])
+    assert after <= WEIGHTS_CLEAN_TASKS, sorted(after - WEIGHTS_CLEAN_TASKS)
+    assert {h: s.changed for h, s in result.hosts.items()} == dict.fromkeys(lab.hosts, 0)
+    pins = result.data["pins"]["weights"]
+    assert pins and all(len(p["commit"]) == 40 and p["commit"].startswith(p["revision"]) for p in pins), pins
+
+
+@pytest.mark.destructive
+@pytest.mark.tp2_faults
+def test_a_shard_removed_from_a_worker_is_found_by_the_weights_gate_and_copied_back(lab, play):
+    """A worker's shard deleted behind sparkfleet's back: that worker's gate names it, so every node applies
+    (the head copies it) and the shard is back with its manifest sha256; the records are written again."""
+    worker = lab.hosts[-1]
+    files = json.loads(lab.exec(worker, "cat", "/srv/sparkfleet/models/.sparkfleet/manifest.json"))["files"]
+    shard = next(f for f in files if f["path"].endswith(".safetensors"))
+    path = f"{SNAPSHOT}/{shard['path']}"
+    lab.exec(worker, "rm", path)
+    result, events = weights_run(play)
+    gate = events.results(WEIGHTS_GATE)
+    assert gate[worker]["clean"] is False
+    found = f"{SNAPSHOT}: 1 removed ({shard['path']})"
+    assert any(line.startswith(found) for line in gate[worker]["drift"]), gate
+    assert set(events.results(WEIGHTS_APPLIED)) == set(lab.hosts)  # every node applied, the clean head too
+    assert lab.exec(worker, "sha256sum", path).split()[0] == shard["sha256"]
+    assert sum(s.changed for s in result.hosts.values()) >= 1  # the copy
+    for host in lab.hosts:
+        assert phase_record(lab, host, "model_weights") is not None, host
+
+
+@pytest.mark.destructive
+@pytest.mark.tp2_faults
+def test_a_changed_weights_option_makes_every_node_apply(lab, play):
+    """Another value of one of the role's options (here the progress interval) is another digest: every node
+    applies (and changes nothing: the weights are right), and records the new digest."""
+    before = {h: phase_record(lab, h, "model_weights")["digest"] for h in lab.hosts}
+    result, events = weights_run(play, model_weights_progress_interval=7)
+    gate = events.results(WEIGHTS_GATE)
+    for host in lab.hosts:
+        assert gate[host]["drift"] == ["the inputs changed (digest of the role's variables and files)"], gate
+    assert set(events.results(WEIGHTS_APPLIED)) == set(lab.hosts)
+    assert {h: s.changed for h, s in result.hosts.items()} == dict.fromkeys(lab.hosts, 0)
+    after = {h: phase_record(lab, h, "model_weights")["digest"] for h in lab.hosts}
+    assert all(after[h] != before[h] for h in lab.hosts), (before, after)
