@@ -67,6 +67,7 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
         assert phase_record(lab, host, "host_tuning") is not None, host
         assert phase_record(lab, host, "ssh_trust") is not None, host
         assert phase_record(lab, host, "model_weights") is not None, host
+        assert phase_record(lab, host, "network_links") is not None, host
 
 
 @pytest.mark.destructive
@@ -77,7 +78,8 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     vm.swappiness back to the kernel's 60: a lab node's /proc/sys/vm is the host's and read-only, so the live
     half is the module's unit test, tests/unit/test_phase_state.py). And ssh_trust's trust broken at both
     ends: the managed block of the head's ssh config pointed elsewhere, the head's key taken out of a
-    worker's authorized_keys; ssh_trust's gate sees its files changed and applies in full."""
+    worker's authorized_keys; ssh_trust's gate sees its files changed and applies in full. And network_links'
+    netplan file edited on a node: its gate sees the file changed and writes it again."""
     edited, stopped, reset = lab.hosts[0], lab.hosts[1], lab.hosts[-1]  # TP2: the last two on one node
     # ssh_trust's files, as its records list them (the head's record has its ssh config, a worker's its
     # authorized_keys)
@@ -90,6 +92,11 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     lab.exec(head, "sed", "-i", f"/^Host {worker}$/{{n;s/HostName .*/HostName 192.0.2.1/}}", config)
     lab.exec(worker, "sed", "-i", f"/sparkfleet {head} -> workers/d", keys)
     assert reach(lab, head, worker, user) != "rc=0"
+    netplan = next(
+        f for f in phase_record(lab, stopped, "network_links")["files"] if f.startswith("/etc/netplan/")
+    )
+    fabric = lab.exec(stopped, "cat", netplan)
+    lab.exec(stopped, "sed", "-i", "1i # edited by hand", netplan)
     settings = lab.exec(edited, "cat", "/etc/default/earlyoom")
     sysctl = lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf")
     assert "vm.swappiness" in sysctl
@@ -105,6 +112,11 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     assert lab.exec(edited, "cat", "/etc/default/earlyoom") == settings
     assert any("Configure earlyoom" in t for t in changed.by_host.get(edited, [])), changed.by_host
     assert "-m 50" not in lab.exec(edited, "sh", "-c", "tr '\\0' ' ' < /proc/$(pidof earlyoom)/cmdline")
+
+    assert lab.exec(stopped, "cat", netplan) == fabric
+    assert any("Write the fabric netplan file" in t for t in changed.by_host.get(stopped, [])), (
+        changed.by_host
+    )
 
     assert lab.exec(stopped, "systemctl", "is-active", "earlyoom.service").strip() == "active"
     assert any("Run earlyoom" in t for t in changed.by_host.get(stopped, [])), changed.by_host
