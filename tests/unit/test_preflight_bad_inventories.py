@@ -580,6 +580,25 @@ def test_layer_1_checks_every_role_once_through_its_own_validate_tasks():
     assert roles[:2] == ["sparkfleet", "cluster_plan"], roles
 
 
+def test_reused_compiles_give_the_verdict_that_fresh_compiles_give(tmp_path):
+    """layer1 reuses compiled templates across cases (its docstring): the whole verdict, every problem and
+    warning in order, is the one Ansible's own compile-every-time gives; the second reusing run compiles
+    nothing new. A tp3 inventory with a warning (a short revision) and a bad case written as a template."""
+    warned = good("tp3")
+    warned["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
+    templated = good("tp2")
+    BY_ID["weights-path-root-snapshot-written-as-a-template"][2](templated)
+    for name, inv in (("warned", warned), ("templated", templated)):
+        path = write_inventory(tmp_path / name / "inventory", inv)
+        fresh = layer1.verdict(path, reuse_compiled=False)
+        first = layer1.verdict(path)
+        kept = len(layer1._COMPILED)
+        again = layer1.verdict(path)
+        assert fresh == first == again, name
+        assert kept and len(layer1._COMPILED) == kept, name
+        assert fresh["warnings"] if name == "warned" else fresh["problems"], fresh
+
+
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
     """The double connection raises on any use: a validate action that reached for a node would fail."""
     from ansible.playbook.play_context import PlayContext
