@@ -35,7 +35,9 @@ class Node:
         self.bin = root / "bin"
         self.bin.mkdir(parents=True)
         smi = self.bin / "nvidia-smi"
-        smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(SIM))} "$@"\n')
+        # -S: the simulator is standard library only, run as on a node's own Python (no site-packages to
+        # set up, which was a third of each of the hundreds of calls these tests make)
+        smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S {shlex.quote(str(SIM))} "$@"\n')
         smi.chmod(0o755)
         (root / "proc").mkdir()  # the simulator's engine-process scan sees none of this machine's
         self.env = {

@@ -203,7 +203,7 @@ def sim(tmp_path):
 
     def run(*args: str) -> str:
         return subprocess.run(
-            [sys.executable, str(SIM), *args], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-S", str(SIM), *args], env=env, capture_output=True, text=True, check=True
         ).stdout
 
     run.state = state
