@@ -656,6 +656,16 @@ def test_oom_score_without_cap_sys_resource_is_reported_not_claimed(tmp_path):
     assert (proc / "101/oom_score_adj").read_text() == "0\n"
 
 
+def test_a_module_run_in_this_process_gives_what_its_own_process_gives(tmp_path):
+    """tests/unit/module_runner.py runs a module's main() in this pytest process, where Ansible's controller
+    is imported: the document is the one the module file's own process prints, its warnings included."""
+    systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101)})
+    proc = fake_proc(tmp_path, {101: 0}, cap_sys_resource=False)
+    here, real = oom(proc, systemctl, check=True), oom(proc, systemctl, check=True, real=True)
+    assert here == real
+    assert len(real["warnings"]) == 1 and "CAP_SYS_RESOURCE" in json.dumps(real["warnings"]), real
+
+
 def test_earlyoom_arguments_are_the_spec():
     defaults = yaml.safe_load((EARLYOOM / "defaults/main.yml").read_text())
     avoid = "(^|/)(" + "|".join(defaults["earlyoom_avoid_names"]) + ")$"
