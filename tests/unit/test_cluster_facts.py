@@ -156,7 +156,6 @@ def driver_status(tmp_path: Path, version: str) -> dict:
     smi.chmod(0o755)
     return run_module(
         ROOT / "plugins/modules/host_status.py",
-        tmp_path,
         expect={**EXPECT, "driver_family": "580"},
         root=str(root),
         container=False,
