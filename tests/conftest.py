@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTIONS = ROOT / ".collections"
@@ -26,3 +29,40 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
 from ansible.plugins.loader import init_plugin_loader  # noqa: E402 - after the paths above are set
 
 init_plugin_loader([str(COLLECTIONS)])
+
+
+# Under xdist every worker sets up the module-scoped fixtures of the tests it runs: a test module whose tests
+# went to both workers would build its fixture twice (a real ansible-playbook run, an engine double's tree).
+# `make unit` runs with --dist loadgroup: the tests that use a module- or class-scoped fixture are one group
+# per module, sent to one worker together; the module's other tests (the bad-inventory table beside its three
+# real runs) are still shared out one by one.
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # the marks before xdist's own hook reads them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # every fixture the test uses, its dependencies included
+        defs = info.name2fixturedefs if info is not None else {}
+        if any(d.scope in ("module", "class") for name in item.fixturenames for d in defs.get(name, ())):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    yield
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of --dist loadgroup
+        _group_suffix(items)
+
+
+def _group_suffix(items: list[pytest.Item]) -> None:
+    """xdist passes a test's group to its scheduler as a suffix of the test's id (`...::test@group`), which
+    pytest-xdist 3.8 writes to `item._nodeid`; pytest 9.2 keeps the id in `item._id` and never reads
+    `_nodeid`, so without this every group is silently split (pytest-dev/pytest-xdist#1386; its fix,
+    pytest-dev/pytest-xdist#1388, is an open pull request). Where xdist's suffix is missing, it is set
+    where pytest reads it; an xdist that sets it itself makes this do nothing."""
+    from _pytest.nodeid import NodeId  # pytest 9.2's structured ids (requirements/lock.txt)
+
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        if names and "@" not in item.nodeid[item.nodeid.rfind("]") + 1 :]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+            assert item.nodeid.endswith("@" + "_".join(names)), item.nodeid

@@ -10,14 +10,25 @@ is the filter playbooks/preflight.yml's second play calls (roles/preflight/tasks
 What is not: the strategy, forks and callbacks (three real runs in test_preflight_bad_inventories.py
 cover them). The connection is a double that fails the test when anything uses it: layer 1 must never
 touch a node. Facts live in a memory cache of this VariableManager (never the user's fact cache).
+
+One cost is not paid again: Ansible compiles every Jinja template and expression each time it renders one
+(about 1100 per inventory, most of them the roles' same rules), and compiling was most of a case's time.
+While layer 1 runs here, a template's compiled code is reused for the same source, the same compile options
+and the same base directory (what the compiled code depends on); it still renders with each host's own
+variables, every time. A source that fails to compile is compiled again every time, so its error is Ansible's.
+The real runs compile everything afresh, as ansible-playbook does.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import ansible.constants as C
+from ansible._internal._templating._engine import TemplateEngine
+from ansible._internal._templating._jinja_bits import AnsibleTemplate, AnsibleTemplateExpression
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook import Playbook
@@ -54,6 +65,39 @@ def _load_plugins() -> None:
         _STATE["loaded"] = True
 
 
+_COMPILED: dict[tuple, Any] = {}
+_COMPILERS = {"_compile_template": AnsibleTemplate, "_compile_expression": AnsibleTemplateExpression}
+
+
+def _reusing(name: str, compile_: Callable, kind: type) -> Callable:
+    def compiled(engine: TemplateEngine, source: str, options: Any) -> Any:
+        # what the compiled code depends on: the source (with any #jinja2: header), the compile-time options
+        # (escape_backslashes, the overrides) and the base directory of the environment's template loader
+        key = (name, engine.basedir, str(source), options.escape_backslashes, options.overrides)
+        found = _COMPILED.get(key)
+        if found is None:
+            found = compile_(engine, source, options)
+            if not isinstance(found, kind):  # a compile error, deferred by Ansible: never kept
+                return found
+            _COMPILED[key] = found
+        return found
+
+    return compiled
+
+
+@contextlib.contextmanager
+def _compiled_once() -> Iterator[None]:
+    """TemplateEngine's two compile steps reuse what they compiled before, while layer 1 runs here."""
+    saved = {name: getattr(TemplateEngine, name) for name in _COMPILERS}  # AttributeError: Ansible moved them
+    for name, kind in _COMPILERS.items():
+        setattr(TemplateEngine, name, _reusing(name, saved[name], kind))
+    try:
+        yield
+    finally:
+        for name, compile_ in saved.items():
+            setattr(TemplateEngine, name, compile_)
+
+
 def _tasks(blocks: list) -> list:
     """The play's tasks in order, an imported role's tasks (blocks inside blocks) included."""
     out = []
@@ -80,8 +124,13 @@ def _play() -> tuple[DataLoader, Any, list]:
     return _STATE["loaded_play"]
 
 
-def facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
+def facts(inventory: Path, reuse_compiled: bool = True) -> tuple[dict[str, dict], dict[str, list[str]]]:
     """Every cluster host's facts after layer 1's first play, and the inventory's groups."""
+    with _compiled_once() if reuse_compiled else contextlib.nullcontext():
+        return _facts(inventory)
+
+
+def _facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
     _load_plugins()
     loader, play, tasks = _play()
     inv = InventoryManager(loader=loader, sources=[str(inventory)])
@@ -116,9 +165,9 @@ def facts(inventory: Path) -> tuple[dict[str, dict], dict[str, list[str]]]:
     return out, groups
 
 
-def verdict(inventory: Path) -> dict[str, list[str]]:
+def verdict(inventory: Path, reuse_compiled: bool = True) -> dict[str, list[str]]:
     """preflight's verdict: every role's problems and warnings (roles/preflight/tasks/inventory.yml)."""
-    found, groups = facts(inventory)
+    found, groups = facts(inventory, reuse_compiled)
     from ansible_collections.sparkfleet.cluster.plugins.filter.preflight import validation_verdict
 
     head = groups.get("head", [])

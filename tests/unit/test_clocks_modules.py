@@ -1,5 +1,7 @@
-"""sparkfleet_gpu_clocks / sparkfleet_cpu_clocks run as Ansible runs them, against the GPU simulator
-and a fake cpufreq tree; and the boot script that re-applies the caps after a restart."""
+"""sparkfleet_gpu_clocks / sparkfleet_cpu_clocks run as Ansible runs them (JSON in, JSON out: their main()
+in this process, tests/unit/module_runner.py; one run of each is the module file run as a process of its
+own), against the GPU simulator and a fake cpufreq tree; and the boot script that re-applies the caps after
+a restart."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 import jinja2
+import module_runner
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
@@ -35,7 +38,9 @@ class Node:
         self.bin = root / "bin"
         self.bin.mkdir(parents=True)
         smi = self.bin / "nvidia-smi"
-        smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(SIM))} "$@"\n')
+        # -S: the simulator is standard library only, run as on a node's own Python (no site-packages to
+        # set up, which was a third of each of the hundreds of calls these tests make)
+        smi.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S {shlex.quote(str(SIM))} "$@"\n')
         smi.chmod(0o755)
         (root / "proc").mkdir()  # the simulator's engine-process scan sees none of this machine's
         self.env = {
@@ -69,20 +74,11 @@ class Node:
     def unswitch(self, name: str) -> None:
         self.sim_dir.joinpath(name).unlink()
 
-    def module(self, name: str, check: bool = False, **args: object) -> dict:
+    def module(self, name: str, check: bool = False, real: bool = False, **args: object) -> dict:
         args = {"_ansible_check_mode": check, "_ansible_diff": True, **args}
-        argfile = self.root / "args.json"
-        argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "plugins/modules" / f"{name}.py"), str(argfile)],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return json.loads(proc.stdout)
+        return module_runner.run(name, args, self.env, real=real)
 
-    def gpu(self, cap: int | None = None, check: bool = False, **args: object) -> dict:
+    def gpu(self, cap: int | None = None, check: bool = False, real: bool = False, **args: object) -> dict:
         base = {
             "nvidia_smi": str(self.bin / "nvidia-smi"),
             "state_file": str(self.state_dir / "gpu.conf"),
@@ -92,7 +88,7 @@ class Node:
         }
         if cap is not None:
             base["cap_mhz"] = cap
-        return self.module("gpu_clocks", check=check, **{**base, **args})
+        return self.module("gpu_clocks", check=check, real=real, **{**base, **args})
 
 
 @pytest.fixture
@@ -107,7 +103,7 @@ LOAD = 2418  # the simulator's SM clock under load without a lock (GB10's applic
 
 def test_set_under_load_then_a_second_run_reports_no_change(node):
     node.switch("load")
-    first = node.gpu(2300)
+    first = node.gpu(2300, real=True)  # the module file run as a process of its own
     assert first["changed"] is True, first
     assert first["commands"] == ["nvidia-smi -lgc 0,2300"]  # no -pm 1 unless asked: the receipts run without
     assert 2270 <= node.sm() < 2300
@@ -400,16 +396,18 @@ def make_cpufreq(root: Path) -> Path:
     return cpufreq
 
 
-def cpu(node: Node, cpufreq: Path, cap: int | None = None, check: bool = False, **args: object) -> dict:
+def cpu(
+    node: Node, cpufreq: Path, cap: int | None = None, check: bool = False, real: bool = False, **args: object
+) -> dict:
     base = {"cpufreq_root": str(cpufreq), "state_file": str(node.state_dir / "cpu.conf")}
     if cap is not None:
         base["cap_mhz"] = cap
-    return node.module("cpu_clocks", check=check, **base, **args)
+    return node.module("cpu_clocks", check=check, real=real, **base, **args)
 
 
 def test_cpu_cap_limits_only_the_faster_cores_and_is_idempotent(node, tmp_path):
     cpufreq = make_cpufreq(tmp_path)
-    result = cpu(node, cpufreq, 3600)
+    result = cpu(node, cpufreq, 3600, real=True)  # the module file run as a process of its own
     assert result["changed"] is True and result["written"] == ["policy0"]
     assert (cpufreq / "policy0/scaling_max_freq").read_text() == "3600000\n"
     assert (cpufreq / "policy10/scaling_max_freq").read_text() == "2808000\n"

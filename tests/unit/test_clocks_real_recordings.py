@@ -40,7 +40,7 @@ def replay(tmp_path):
         else:
             (state / "load").unlink(missing_ok=True)
         proc = subprocess.run(
-            [sys.executable, str(SIM), *args], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-S", str(SIM), *args], env=env, capture_output=True, text=True, check=True
         )
         return proc.stdout
 
@@ -138,7 +138,7 @@ def test_every_field_the_module_queries_is_one_the_real_tool_knows():
 def test_the_module_reports_a_query_the_recordings_lack_instead_of_failing(replay, tmp_path):
     """Replay refuses what was not recorded (the module's own query): clocks show says so, no crash."""
     smi = tmp_path / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nexec {sys.executable} {SIM} "$@"\n')
+    smi.write_text(f'#!/bin/sh\nexec {sys.executable} -S {SIM} "$@"\n')  # -S: standard library only
     smi.chmod(0o755)
     args = tmp_path / "args.json"
     args.write_text(

@@ -156,7 +156,6 @@ def driver_status(tmp_path: Path, version: str) -> dict:
     smi.chmod(0o755)
     return run_module(
         ROOT / "plugins/modules/host_status.py",
-        tmp_path,
         expect={**EXPECT, "driver_family": "580"},
         root=str(root),
         container=False,
@@ -203,7 +202,7 @@ def sim(tmp_path):
 
     def run(*args: str) -> str:
         return subprocess.run(
-            [sys.executable, str(SIM), *args], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-S", str(SIM), *args], env=env, capture_output=True, text=True, check=True
         ).stdout
 
     run.state = state

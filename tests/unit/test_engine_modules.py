@@ -1,14 +1,14 @@
 """engine_service's modules against the engine double of each built-in profile's version (processes on
 loopback): verify with the profile's checks, readiness while the port is closed and after, the ranks' own log
 lines (ready, fatal) read as the real ones look; the API key, caches and node-state helpers, run the way
-Ansible runs them."""
+Ansible runs them (JSON in, JSON out: their main() in this process, tests/unit/module_runner.py; one run of
+each module is the module file run as a process of its own)."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 import threading
@@ -16,6 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import module_runner
 import pytest
 import yaml
 from ansible_collections.sparkfleet.cluster.plugins.module_utils import engine_logs as logs_mod
@@ -25,7 +26,6 @@ from ansible_collections.sparkfleet.cluster.plugins.modules import engine_node a
 from sparkfleet_lab.engine.local import LocalCluster, make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "plugins/modules"
 PROFILES = yaml.safe_load((ROOT / "roles/engine_service/vars/main.yml").read_text())[
     "__engine_service_builtin_profiles"
 ]
@@ -33,18 +33,10 @@ RULES = PROFILES["dsv41-fork-0.6.6"]["ready"]
 KEY = "sk-modules-0123456789abcdef"
 
 
-def run_module(name: str, args: dict, check_mode: bool = False) -> dict:
-    """Run a module file as Ansible does: JSON args on stdin, JSON result on stdout."""
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
-    proc = subprocess.run(
-        [sys.executable, str(LIB / f"{name}.py")],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    return json.loads(proc.stdout)
+def run_module(name: str, args: dict, check_mode: bool = False, real: bool = False) -> dict:
+    """A module's result, its arguments as Ansible passes them (real: the module file's own process)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return module_runner.run(name, {**args, "_ansible_check_mode": check_mode}, env, real=real)
 
 
 def key_file(root: Path) -> Path:
@@ -88,7 +80,7 @@ def test_the_tp3_profiles_checks_pass_against_its_engine(tp3):
     cluster, keys = tp3
     checks = PROFILES["tp3-recipe"]["verify"]
     out = run_module("engine_api", {"action": "verify", "url": cluster.url, "model": "m-1",
-                                    "api_key_file": str(keys), "checks": checks})  # fmt: skip
+                                    "api_key_file": str(keys), "checks": checks}, real=True)  # fmt: skip
     assert out["failed_checks"] == [], out["table"]
     assert (
         [c["name"] for c in out["checks"]]
@@ -360,7 +352,7 @@ def test_api_key_is_generated_once_labelled_private_and_never_returned(tmp_path)
             "credentials_owner": pwd_name(), "credentials_group": grp_name()}  # fmt: skip
     check = run_module("engine_api_key", args, check_mode=True)
     assert check["changed"] and not key_path.exists()
-    first = run_module("engine_api_key", args)
+    first = run_module("engine_api_key", args, real=True)  # the module file run as a process of its own
     assert first["changed"] and first["generated"]
     line = next(ln for ln in key_path.read_text().splitlines() if not ln.startswith("#"))
     label, _, key = line.partition(": ")
@@ -408,7 +400,7 @@ def grp_name() -> str:
 
 def test_cache_dirs_are_made_kept_and_checked_for_space(tmp_path):
     caches = [{"name": "prompt-disk", "path": str(tmp_path / "prompt"), "size_gib": 0.001}]
-    out = run_module("engine_cache", {"caches": caches, "owner": pwd_name()})
+    out = run_module("engine_cache", {"caches": caches, "owner": pwd_name()}, real=True)  # its own process
     assert out["changed"] and (tmp_path / "prompt").is_dir()
     (tmp_path / "prompt" / "entry").write_text("cached")
     again = run_module("engine_cache", {"caches": caches, "owner": pwd_name()})

@@ -1,21 +1,16 @@
-"""plugins/modules/files.py run the way Ansible runs it (JSON in, JSON out), with a recording
+"""plugins/modules/files.py run the way Ansible runs it (JSON in, JSON out: its main() in this process,
+tests/unit/module_runner.py; one test runs the module file as a process of its own), with a recording
 `systemctl` first on PATH: what is written, when systemd is reloaded, what is enabled, check mode."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
-import subprocess
-import sys
 from pathlib import Path
 
+import module_runner
 import pytest
 from ansible_collections.sparkfleet.cluster.plugins.modules import files as mod
-
-ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "plugins/modules/files.py"
-
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the module writes files owned by root")
 
@@ -52,13 +47,9 @@ def node(tmp_path: Path) -> dict:
     }
 
 
-def run(node: dict, args: dict, check_mode: bool = False) -> dict:
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode, "_ansible_diff": True}}
-    proc = subprocess.run(
-        [sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-        check=False, env=node["env"],
-    )  # fmt: skip
-    return json.loads(proc.stdout)
+def run(node: dict, args: dict, check_mode: bool = False, real: bool = False) -> dict:
+    module_args = {**args, "_ansible_check_mode": check_mode, "_ansible_diff": True}
+    return module_runner.run("files", module_args, node["env"], real=real)
 
 
 def calls(node: dict) -> list[str]:
@@ -67,6 +58,7 @@ def calls(node: dict) -> list[str]:
 
 
 def test_writes_then_changes_nothing_and_enables_once(node: dict) -> None:
+    """The module file run as a process of its own, as Ansible runs it."""
     unit = node["root"] / "etc-systemd" / "x.service"  # not under /etc/systemd: reload comes from systemd
     helper = node["root"] / "libexec" / "x-helper"
     args = {
@@ -77,15 +69,15 @@ def test_writes_then_changes_nothing_and_enables_once(node: dict) -> None:
         "units": ["x.service"],
         "enable": ["x.service"],
     }
-    dry = run(node, args, check_mode=True)
+    dry = run(node, args, check_mode=True, real=True)
     assert dry["changed"] and dry["changed_files"] == [str(unit), str(helper)]
     assert dry["enabled"] == ["x.service"]
     assert not unit.exists() and not any(c.startswith(("enable", "daemon-reload")) for c in calls(node))
-    first = run(node, args)
+    first = run(node, args, real=True)
     assert first["changed"] and unit.read_text() == "[Service]\n"
     assert helper.stat().st_mode & 0o7777 == 0o755 and first["enabled"] == ["x.service"]
     assert first["diff"][1]["after"] == "#!/bin/sh\n"
-    second = run(node, args)
+    second = run(node, args, real=True)
     assert not second["changed"] and second["changed_files"] == [] and second["enabled"] == []
     assert calls(node).count("enable -- x.service") == 1
 

@@ -1,5 +1,7 @@
-"""host_tuning's and earlyoom's modules, run as Ansible runs them, against fake /proc, /sys and /boot trees;
-and the GRUB drop-in template, sourced by sh the way update-grub sources it."""
+"""host_tuning's and earlyoom's modules, run as Ansible runs them (JSON in, JSON out: their main() in this
+process, tests/unit/module_runner.py; for each module one run is the module file run as a process of its
+own), against fake /proc, /sys and /boot trees; and the GRUB drop-in template, sourced by sh the way
+update-grub sources it."""
 
 from __future__ import annotations
 
@@ -7,10 +9,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
+import module_runner
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
@@ -25,18 +27,10 @@ EARLYOOM = ROOT / "roles/earlyoom"
 
 
 def run_module(
-    module_path: Path, tmp: Path, check: bool = False, env: dict | None = None, **args: object
+    module_path: Path, check: bool = False, env: dict | None = None, real: bool = False, **args: object
 ) -> dict:
-    argfile = tmp / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"_ansible_check_mode": check, **args}}))
-    proc = subprocess.run(
-        [sys.executable, str(module_path), str(argfile)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-    return json.loads(proc.stdout)
+    module_args = {"_ansible_check_mode": check, **args}
+    return module_runner.run(module_path.stem, module_args, {**os.environ, **(env or {})}, real=real)
 
 
 # ---- sparkfleet_sysctl ---------------------------------------------------------------------------------
@@ -52,38 +46,34 @@ def proc_sys(tmp_path):
     return root
 
 
-def sysctl(tmp_path, proc_sys, check=False, **args):
-    return run_module(
-        ROOT / "plugins/modules/sysctl.py", tmp_path, check=check, proc_sys=str(proc_sys), **args
-    )
+def sysctl(proc_sys, check=False, **args):
+    return run_module(ROOT / "plugins/modules/sysctl.py", check=check, proc_sys=str(proc_sys), **args)
 
 
 WANTED = {"vm.swappiness": 10, "vm.min_free_kbytes": 1048576, "vm.watermark_boost_factor": 0}
 
 
 def test_sysctl_sets_what_differs_then_reports_no_change(tmp_path, proc_sys):
-    dry = sysctl(tmp_path, proc_sys, check=True, settings=WANTED)
+    dry = sysctl(proc_sys, check=True, settings=WANTED)
     assert dry["changed"] is True and (proc_sys / "vm/swappiness").read_text() == "60\n"
-    result = sysctl(tmp_path, proc_sys, settings=WANTED)
+    result = sysctl(proc_sys, settings=WANTED, real=True)  # the module file run as a process of its own
     assert result["changed"] is True
     assert {k["key"]: k["state"] for k in result["keys"]} == dict.fromkeys(WANTED, "set")
     assert (proc_sys / "vm/min_free_kbytes").read_text() == "1048576\n"
-    assert sysctl(tmp_path, proc_sys, settings=WANTED)["changed"] is False
+    assert sysctl(proc_sys, settings=WANTED)["changed"] is False
     # multi-value keys compare by their words, whatever the whitespace
-    assert (
-        sysctl(tmp_path, proc_sys, settings={"net.ipv4.tcp_rmem": "4096 131072  6291456"})["changed"] is False
-    )
+    assert sysctl(proc_sys, settings={"net.ipv4.tcp_rmem": "4096 131072  6291456"})["changed"] is False
 
 
 def test_sysctl_in_a_container_validates_and_skips(tmp_path, proc_sys):
-    result = sysctl(tmp_path, proc_sys, settings=WANTED, apply=False)
+    result = sysctl(proc_sys, settings=WANTED, apply=False)
     assert result["changed"] is False
     assert sorted(result["not_applied"]) == sorted(WANTED)
     assert (proc_sys / "vm/swappiness").read_text() == "60\n"
 
 
 def test_sysctl_unknown_key_fails_naming_it(tmp_path, proc_sys):
-    result = sysctl(tmp_path, proc_sys, settings={**WANTED, "vm.swapiness": 10})
+    result = sysctl(proc_sys, settings={**WANTED, "vm.swapiness": 10})
     assert result["failed"] is True and "vm.swapiness" in result["msg"]
 
 
@@ -92,9 +82,7 @@ def swapfile(tmp_path, check=False, **args):
     proc_swaps = tmp_path / "swaps"
     if not proc_swaps.exists():
         proc_swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
-    return run_module(
-        ROOT / "plugins/modules/swapfile.py", tmp_path, check=check, proc_swaps=str(proc_swaps), **args
-    )
+    return run_module(ROOT / "plugins/modules/swapfile.py", check=check, proc_swaps=str(proc_swaps), **args)
 
 
 needs_mkswap = pytest.mark.skipif(shutil.which("mkswap") is None, reason="mkswap (util-linux) not installed")
@@ -106,7 +94,7 @@ def test_swapfile_is_made_for_the_page_size_and_remade_for_another(tmp_path):
     args = {"path": str(path), "size_mib": 4, "activate": False}
     assert swapfile(tmp_path, check=True, page_size=4096, **args)["changed"] is True
     assert not path.exists()
-    made = swapfile(tmp_path, page_size=4096, **args)
+    made = swapfile(tmp_path, page_size=4096, real=True, **args)  # the module file run as a process
     assert made["changed"] and made["created"] and made["reasons"] == [f"{path} does not exist"]
     assert "host's kernel" in made["activation_skipped"]
     assert path.stat().st_size == 4 << 20 and (path.stat().st_mode & 0o777) == 0o600
@@ -177,16 +165,11 @@ def test_grub_entry_of_the_64k_kernel_is_the_submenu_path():
 def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
     cfg = tmp_path / "grub.cfg"
     cfg.write_text(GRUB_CFG)
-    ok = run_module(
-        ROOT / "plugins/modules/grub_entry.py",
-        tmp_path,
-        release="6.11.0-1016-nvidia-64k",
-        grub_cfg=str(cfg),
+    ok = run_module(  # the module file run as a process of its own
+        ROOT / "plugins/modules/grub_entry.py", real=True, release="6.11.0-1016-nvidia-64k", grub_cfg=str(cfg)
     )
     assert ok["entry"].endswith(">gnulinux-6.11.0-1016-nvidia-64k-advanced-1234")
-    bad = run_module(
-        ROOT / "plugins/modules/grub_entry.py", tmp_path, release="7.0.0-1-nvidia-64k", grub_cfg=str(cfg)
-    )
+    bad = run_module(ROOT / "plugins/modules/grub_entry.py", release="7.0.0-1-nvidia-64k", grub_cfg=str(cfg))
     assert bad["failed"] and "update-grub" in bad["msg"] and "6.11.0-1016-nvidia-64k" in bad["msg"]
 
 
@@ -294,7 +277,6 @@ def spark_root(tmp: Path, ready: bool) -> Path:
 def status(tmp_path, root, kernel, page_size, *, container=False, expect=None, fwupd=FWUPD_READY, **args):
     return run_module(
         ROOT / "plugins/modules/host_status.py",
-        tmp_path,
         expect=expect or EXPECT,
         root=str(root),
         container=container,
@@ -309,7 +291,8 @@ def status(tmp_path, root, kernel, page_size, *, container=False, expect=None, f
 
 
 def test_status_of_a_prepared_spark_is_all_ok_and_ready(tmp_path):
-    result = status(tmp_path, spark_root(tmp_path, ready=True), KERNEL_64K, 65536)
+    """The module file run as a process of its own, as Ansible runs it."""
+    result = status(tmp_path, spark_root(tmp_path, ready=True), KERNEL_64K, 65536, real=True)
     assert result["changed"] is False
     assert [c["check"] for c in result["off"]] == []
     assert [c["check"] for c in result["checks"]] == [
@@ -615,11 +598,11 @@ def fake_proc(tmp_path: Path, pids: dict[int, int], cap_sys_resource: bool) -> P
     return proc
 
 
-def oom(tmp_path, proc, systemctl, check=False):
+def oom(proc, systemctl, check=False, real=False):
     return run_module(
         ROOT / "plugins/modules/oom_score_adj.py",
-        tmp_path,
         check=check,
+        real=real,
         units=["ssh.service", "docker.service", "containerd.service", "gone.service"],
         value=-900,
         proc_root=str(proc),
@@ -637,9 +620,9 @@ def test_oom_score_is_set_on_running_services_once(tmp_path):
         },
     )
     proc = fake_proc(tmp_path, {101: 0, 202: -500}, cap_sys_resource=True)
-    dry = oom(tmp_path, proc, systemctl, check=True)
+    dry = oom(proc, systemctl, check=True)
     assert dry["changed"] and (proc / "101/oom_score_adj").read_text() == "0\n"
-    result = oom(tmp_path, proc, systemctl)
+    result = oom(proc, systemctl, real=True)  # the module file run as a process of its own
     states = {u["id"]: u["state"] for u in result["units"]}
     assert states == {
         "ssh.service": "set",
@@ -648,7 +631,7 @@ def test_oom_score_is_set_on_running_services_once(tmp_path):
         "gone.service": "absent",
     }
     assert (proc / "202/oom_score_adj").read_text() == "-900\n"
-    assert oom(tmp_path, proc, systemctl)["changed"] is False
+    assert oom(proc, systemctl)["changed"] is False
 
 
 def test_oom_score_already_lower_is_kept_never_raised(tmp_path):
@@ -657,7 +640,7 @@ def test_oom_score_already_lower_is_kept_never_raised(tmp_path):
     systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101), "docker.service": ("loaded", 202)})
     proc = fake_proc(tmp_path, {101: -1000, 202: -900}, cap_sys_resource=True)
     for check in (True, False):
-        result = oom(tmp_path, proc, systemctl, check=check)
+        result = oom(proc, systemctl, check=check)
         assert result["changed"] is False, result
         assert {u["id"]: u["state"] for u in result["units"]}["ssh.service"] == "ok"
     assert (proc / "101/oom_score_adj").read_text() == "-1000\n"
@@ -667,10 +650,20 @@ def test_oom_score_without_cap_sys_resource_is_reported_not_claimed(tmp_path):
     systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101)})
     proc = fake_proc(tmp_path, {101: 0}, cap_sys_resource=False)
     for check in (True, False):
-        result = oom(tmp_path, proc, systemctl, check=check)
+        result = oom(proc, systemctl, check=check)
         assert result["changed"] is False
         assert "CAP_SYS_RESOURCE" in result["not_applied"][0]
     assert (proc / "101/oom_score_adj").read_text() == "0\n"
+
+
+def test_a_module_run_in_this_process_gives_what_its_own_process_gives(tmp_path):
+    """tests/unit/module_runner.py runs a module's main() in this pytest process, where Ansible's controller
+    is imported: the document is the one the module file's own process prints, its warnings included."""
+    systemctl = fake_systemctl(tmp_path, {"ssh.service": ("loaded", 101)})
+    proc = fake_proc(tmp_path, {101: 0}, cap_sys_resource=False)
+    here, real = oom(proc, systemctl, check=True), oom(proc, systemctl, check=True, real=True)
+    assert here == real
+    assert len(real["warnings"]) == 1 and "CAP_SYS_RESOURCE" in json.dumps(real["warnings"]), real
 
 
 def test_earlyoom_arguments_are_the_spec():

@@ -1,16 +1,13 @@
 """host_status degrades: a missing tool or an unreadable file is a row that says what could not be read,
-never a crash of the report (issue 22); and stock clocks wanted on a node never capped is ok."""
+never a crash of the report (issue 22); and stock clocks wanted on a node never capped is ok. The module's
+main() runs in this process (tests/unit/module_runner.py); one test runs the module file as a process."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "plugins/modules/host_status.py"
+import module_runner
+
 EXPECT = {
     "os": {"ubuntu": "24.04"},
     "kernel_min": "6.11",
@@ -44,8 +41,7 @@ def node_root(tmp: Path, *, driver: bool = True, marks: tuple[str, ...] = ()) ->
     return root
 
 
-def status(tmp: Path, root: Path, **args: object) -> dict:
-    argfile = tmp / "args.json"
+def status(tmp: Path, root: Path, real: bool = False, **args: object) -> dict:
     module_args = {
         "expect": EXPECT,
         "root": str(root),
@@ -58,15 +54,7 @@ def status(tmp: Path, root: Path, **args: object) -> dict:
         "fwupdmgr": str(tmp / "no-fwupdmgr"),
         **args,
     }
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
-    proc = subprocess.run(
-        [sys.executable, str(MODULE), str(argfile)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ,
-    )
-    result = json.loads(proc.stdout)
+    result = module_runner.run("host_status", module_args, real=real)
     assert result.get("failed") is not True, result
     return result
 
@@ -83,7 +71,8 @@ def stub(tmp: Path, name: str, script: str) -> Path:
 
 
 def test_a_container_without_systemd_detect_virt_is_detected_from_its_files_and_said(tmp_path):
-    result = status(tmp_path, node_root(tmp_path, marks=("/.dockerenv",)))
+    """The module file run as a process of its own, as Ansible runs it."""
+    result = status(tmp_path, node_root(tmp_path, marks=("/.dockerenv",)), real=True)
     assert result["facts"]["container"] is True
     row = by_check(result)["container detection"]
     missing = f"{tmp_path / 'no-systemd-detect-virt'} not found"

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import module_runner
 import pytest
 from ansible_collections.sparkfleet.cluster.plugins.module_utils import (
     api_keys,
@@ -133,19 +133,16 @@ def test_state_diff():
     assert diff["before"].endswith("CPU_CLOCK_CAP_MHZ=3600\n") and diff["after"].endswith("=0\n")
 
 
-def run_module(path: Path, tmp: Path, **args: object) -> dict:
-    argfile = tmp / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run(
-        [sys.executable, str(path), str(argfile)], capture_output=True, text=True, check=False
-    )
-    assert proc.stdout, proc.stderr
-    return json.loads(proc.stdout)
+def run_module(path: Path, real: bool, **args: object) -> dict:
+    """The module's result (tests/unit/module_runner.py: its main() here, or its own process when real)."""
+    return module_runner.run(path.stem, args, real=real)
 
 
 @pytest.mark.parametrize("cap", [2300, 0])
 def test_every_reader_of_the_clock_state_reads_what_gpu_clocks_writes(tmp_path, cap):
-    """The state file gpu_clocks writes, read by preflight_facts, host_status and engine_node: one cap."""
+    """The state file gpu_clocks writes, read by preflight_facts, host_status and engine_node: one cap. For
+    the first cap each module is its own process, as Ansible runs it."""
+    real = cap == 2300
     root = tmp_path / "root"
     (root / "var/lib/sparkfleet/clocks").mkdir(parents=True)
     (root / "run/sparkfleet/clocks").mkdir(parents=True)
@@ -155,14 +152,14 @@ def test_every_reader_of_the_clock_state_reads_what_gpu_clocks_writes(tmp_path, 
     fileio.write_atomic(str(applied), f"{cap}\n")
 
     absent = {"docker": "no-docker-here", "nvidia_smi": "no-smi-here"}
-    pre = run_module(MODULES / "preflight_facts.py", tmp_path, weights_path=str(tmp_path / "w"),
+    pre = run_module(MODULES / "preflight_facts.py", real, weights_path=str(tmp_path / "w"),
                      gpu_clock_state_file=str(conf), **absent)  # fmt: skip
     assert pre["settings"]["gpu_clock_cap"] == str(cap)
-    status = run_module(MODULES / "host_status.py", tmp_path, expect={"gpu_cap_mhz": cap}, root=str(root),
+    status = run_module(MODULES / "host_status.py", real, expect={"gpu_cap_mhz": cap}, root=str(root),
                         nvidia_smi="no-smi-here")  # fmt: skip
     assert (status["facts"]["gpu_cap_configured"], status["facts"]["gpu_cap_applied"]) == (cap, cap)
     assert next(c for c in status["checks"] if c["check"] == "GPU clock cap")["status"] == "ok"
-    eng = run_module(MODULES / "engine_node.py", tmp_path, name="x", docker="no-docker-here",
+    eng = run_module(MODULES / "engine_node.py", real, name="x", docker="no-docker-here",
                      clock_state_file=str(conf), clock_applied_file=str(applied))  # fmt: skip
     assert eng["clock"] == {"configured_mhz": cap, "applied_mhz": cap}
 

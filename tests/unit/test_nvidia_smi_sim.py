@@ -64,9 +64,8 @@ def smi():
                 os.setuid(pw.pw_uid)
 
             kwargs["preexec_fn"] = drop
-        proc = subprocess.run(
-            [python, str(sim), *args], env=env, capture_output=True, text=True, check=False, **kwargs
-        )
+        argv = [python, "-S", str(sim), *args]  # -S: standard library only, as on a node's own Python
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, **kwargs)
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"nvidia-smi {' '.join(args)} -> {proc.returncode}: {proc.stdout}{proc.stderr}"

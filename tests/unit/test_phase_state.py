@@ -1,4 +1,5 @@
-"""plugins/modules/phase_state.py run the way Ansible runs it (JSON in, JSON out), and the digest of the
+"""plugins/modules/phase_state.py run the way Ansible runs it (JSON in, JSON out: its main() in this process,
+tests/unit/module_runner.py; one test runs the module file as a process of its own), and the digest of the
 action plugin of the same name: a record is clean only while its digest and every file, unit and kernel value
 it lists are unchanged; a stale record is removed before the apply (so an interrupted apply leaves none);
 check mode writes and removes nothing."""
@@ -13,12 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import module_runner
 import pytest
 import yaml
 from ansible_collections.sparkfleet.cluster.plugins.action import phase_state as action
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "plugins/modules/phase_state.py"
 
 # `systemctl show -p Id -p ActiveState -p UnitFileState -- a b`: one block per unit, blank line between, as
 # systemd prints it; the state of each unit is a file under $UNITS (active/enabled).
@@ -59,24 +60,20 @@ def node(tmp_path: Path) -> dict:
     }
 
 
-def run(node: dict, args: dict, check_mode: bool = False) -> dict:
-    payload = {"ANSIBLE_MODULE_ARGS": {"path": node["record"], **args, "_ansible_check_mode": check_mode}}
-    proc = subprocess.run(
-        [sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-        check=False, env=node["env"], timeout=120,
-    )  # fmt: skip
-    out = json.loads(proc.stdout)
+def run(node: dict, args: dict, check_mode: bool = False, real: bool = False) -> dict:
+    module_args = {"path": node["record"], **args, "_ansible_check_mode": check_mode}
+    out = module_runner.run("phase_state", module_args, node["env"], real=real)
     assert not out.get("failed"), out
     return out
 
 
-def record(node: dict, digest: str = "d1", check_mode: bool = False) -> dict:
+def record(node: dict, digest: str = "d1", check_mode: bool = False, real: bool = False) -> dict:
     args = {"state": "record", "digest": digest, "files": [str(node["conf"])], "units": ["earlyoom.service"]}
-    return run(node, args, check_mode)
+    return run(node, args, check_mode, real)
 
 
-def read(node: dict, digest: str = "d1", check_mode: bool = False) -> dict:
-    return run(node, {"state": "read", "digest": digest}, check_mode)
+def read(node: dict, digest: str = "d1", check_mode: bool = False, real: bool = False) -> dict:
+    return run(node, {"state": "read", "digest": digest}, check_mode, real)
 
 
 def test_no_record_is_not_clean(node: dict) -> None:
@@ -86,9 +83,10 @@ def test_no_record_is_not_clean(node: dict) -> None:
 
 
 def test_recorded_and_unchanged_is_clean_and_idempotent(node: dict) -> None:
-    assert record(node)["changed"] is True
-    assert record(node)["changed"] is False  # the same record: nothing written
-    out = read(node)
+    """The module file run as a process of its own, as Ansible runs it."""
+    assert record(node, real=True)["changed"] is True
+    assert record(node, real=True)["changed"] is False  # the same record: nothing written
+    out = read(node, real=True)
     assert (out["clean"], out["drift"], out["changed"]) == (True, [], False)
     assert json.loads(Path(node["record"]).read_text())["units"] == {
         "earlyoom.service": {"active": "active", "enabled": "enabled"}

@@ -608,6 +608,24 @@ def test_a_role_skips_its_own_input_checks_only_after_layer_1_of_the_same_run():
         assert "register:" not in v.read_text(), v
 
 
+def test_reused_compiles_give_the_verdict_that_fresh_compiles_give(tmp_path):
+    """layer1 reuses compiled templates across cases (its docstring): the whole verdict, every problem and
+    warning in order, is the one Ansible's own compile-every-time gives, and the second reusing run compiles
+    nothing new. The inventory has a problem written as a template and a warning (a short revision)."""
+    inv = good("tp2")
+    BY_ID["weights-path-root-snapshot-written-as-a-template"][2](inv)
+    inv["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
+    path = write_inventory(tmp_path / "inventory", inv)
+    fresh = layer1.verdict(path, reuse_compiled=False)
+    first = layer1.verdict(path)
+    kept = len(layer1._COMPILED)
+    again = layer1.verdict(path)
+    assert fresh == first == again
+    assert kept and len(layer1._COMPILED) == kept
+    assert len(fresh["problems"]) == 1 and "model_weights_path='/'" in fresh["problems"][0], fresh
+    assert any("sparkfleet_pins.model.revision='afc7aa0a' is a short commit" in w for w in fresh["warnings"])
+
+
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
     """The double connection raises on any use: a validate action that reached for a node would fail."""
     from ansible.playbook.play_context import PlayContext

@@ -86,9 +86,10 @@ def lock_is_free(state: Path) -> bool:
 
 
 class Background:
-    """A changing run in a thread (the Python API), held open by the playbook's gate."""
+    """A changing run in a thread (the Python API), held open by the playbook's gate. With `notes`, the
+    run is run_playbook's with the lock's messages as they come (the API, quiet, prints none)."""
 
-    def __init__(self, state: Path, gate: Path, **options: object) -> None:
+    def __init__(self, state: Path, gate: Path, notes: list[str] | None = None, **options: object) -> None:
         self.gate = gate
         self.result = None
         self.error: BaseException | None = None
@@ -96,7 +97,18 @@ class Background:
 
         def go() -> None:
             try:
-                self.result = cluster().run(GATE, extravars=extravars, **options)
+                if notes is None:
+                    self.result = cluster().run(GATE, extravars=extravars, **options)
+                else:
+                    self.result = run_playbook(
+                        GATE,
+                        [str(INV)],
+                        project_dir=REPO,
+                        quiet=True,
+                        extravars=extravars,
+                        lock=LockRequest(**{"verb": f"run {GATE}", **options}),
+                        notify=notes.append,
+                    )
             except BaseException as exc:
                 self.error = exc
 
@@ -238,18 +250,18 @@ def test_break_lock_stops_the_holder_and_takes_the_lock(
 ) -> None:
     monkeypatch.setattr(lockmod, "HEARTBEAT_S", 0.2)
     monkeypatch.setattr(lockmod, "RETAKE_S", 0.2)
-    first = Background(state, tmp_path / "gate")
+    first_notes: list[str] = []
+    first = Background(state, tmp_path / "gate", notes=first_notes)
     held = record(state)
+    # The breaking run holds the lock (its own gate closed) until the first run has found it held: the
+    # order this test is about, waited for, not left to which run is faster on a busy machine.
     notes: list[str] = []
-    result = run_playbook(
-        GATE,
-        [str(INV)],
-        project_dir=REPO,
-        quiet=True,
-        extravars={"sparkfleet_state_dir": str(state)},
-        lock=LockRequest(verb="stop", break_lock=True),
-        notify=notes.append,
+    breaking = Background(state, tmp_path / "gate-2", notes=notes, verb="stop", break_lock=True)
+    wait_for(
+        "the first run to find the lock held by the breaking run",
+        lambda: any(n.startswith("lock: now held by ") for n in first_notes) or breaking.error,
     )
+    result = breaking.finish()
     assert result.ok, result.failures
     assert result.lock.outcome == "broken", result.lock
     assert result.lock.holder["run_id"] == held["run_id"]
