@@ -84,3 +84,40 @@ def test_apply_touches_only_the_rails():
         ["nmcli", "connection", "reload"],
         ["nmcli", "connection", "up", "netplan-a"],
     ]
+
+
+def render_netplan(renderer: str) -> dict:
+    import jinja2
+    import yaml
+
+    env = jinja2.Environment(  # noqa: S701 - Ansible's template module: YAML text, no autoescape
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
+    )
+    rails = [
+        {**link, "cable": "n1p1-n2p1", "rail": n, "peer_host": "spark2", "peer_netdev": link["netdev"]}
+        | {"peer_address": link["address"].rsplit(".", 1)[0] + ".2"}
+        for n, link in enumerate(LINKS, start=1)
+    ]
+    text = env.from_string((ROOT / "roles/network_links/templates/fabric.yaml.j2").read_text()).render(
+        ansible_managed="Ansible managed",
+        inventory_hostname="spark1",
+        sparkfleet_plan={"nodes": {"spark1": 1}},
+        network_links_mtu=9000,
+        __network_links_rails=rails,
+        __network_links_renderer=renderer,
+    )
+    return yaml.safe_load(text)["network"]["ethernets"]
+
+
+def test_netplan_takes_ipv6_off_the_rails_under_networkmanager_too():
+    # netplan renders `link-local: []` for NetworkManager as ipv6.method=ignore: on the VM lab's real kernel
+    # the rails kept the kernel's fe80:: address (molecule/vm); the passthrough makes it disabled
+    nm = render_netplan("NetworkManager")
+    networkd = render_netplan("networkd")
+    assert set(nm) == set(networkd) == {link["netdev"] for link in LINKS}
+    for dev in nm.values():
+        assert dev["renderer"] == "NetworkManager" and dev["link-local"] == []
+        assert dev["networkmanager"] == {"passthrough": {"ipv6.method": "disabled"}}
+    for dev in networkd.values():
+        # networkd's LinkLocalAddressing=no already keeps IPv6 off; the networkmanager key is for NM only
+        assert dev["renderer"] == "networkd" and dev["link-local"] == [] and "networkmanager" not in dev

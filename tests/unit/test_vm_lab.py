@@ -55,6 +55,16 @@ def test_rail_nics_carry_jumbo_frames(lab):
     assert devices and all("host_mtu=9000" in d for d in devices)
 
 
+def test_rail_nics_announce_a_connectx7_half_ports_speed(lab):
+    # the soft-RoCE port's rate follows the NIC's speed (200 Gb/sec (4X HDR) in the guest: network_links'
+    # minimum); without it the kernel reads an unknown speed as 1 Gb/s and rxe reports 2.5 Gb/sec (1X SDR)
+    devices = [a for a in lab.qemu_argv(1, "spark1") if a.startswith("virtio-net-pci,netdev=rail")]
+    for d in devices:
+        assert {"speed=200000", "duplex=full"} <= set(d.split(","))
+    mgmt = next(a for a in lab.qemu_argv(1, "spark1") if a.startswith("virtio-net-pci,netdev=mgmt"))
+    assert "speed=" not in mgmt
+
+
 def test_the_guest_is_told_the_spark_names_and_hcas_of_its_ports(lab):
     lab.key_file.parent.mkdir(parents=True)
     lab.key_file.with_suffix(".pub").write_text("ssh-ed25519 AAAAkey sparkfleet-lab-unit-vm\n")
