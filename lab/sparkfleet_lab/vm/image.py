@@ -5,8 +5,8 @@ partition (ext4), GRUB for BIOS boot, the kernels of packages.txt, the lab's ove
 fw_cfg, the management netplan for NetworkManager, the GPU simulator). The result is a qcow2 in the lab's work
 directory (/var/tmp/sparkfleet-lab/vm, or under SPARKFLEET_LAB_WORKDIR: kept across checkouts, as Docker keeps
 the container lab's images), named by a hash of everything that goes into it: an unchanged input reuses it, a
-changed one (a package, an overlay file, the simulator, this procedure) builds a new one. Each VM runs on its own
-copy-on-write overlay of it, so the cached disk is never written by a guest.
+changed one (a package, an overlay file, the simulator, this procedure) builds a new one. Each VM runs on its
+own copy-on-write overlay of it, so the cached disk is never written by a guest.
 """
 
 from __future__ import annotations
