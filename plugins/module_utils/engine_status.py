@@ -95,6 +95,13 @@ def weights_partial(host: str, node: Mapping) -> str:
     )
 
 
+def stopping(node: Mapping) -> bool:
+    """A rank whose container runs while its unit is not active (deactivating, inactive, failed): the unit is
+    on its way down (an admin's stop, Docker stopping) or no longer holds the container."""
+    unit = node.get("unit") or {}
+    return bool(unit.get("exists")) and unit.get("active") not in ("active", "reloading", None)
+
+
 def rank_problem(host: str, rank: int, node: Mapping, advice: bool = True) -> str:
     """Why a rank is not running, named for what it is (unreachable, Docker down, died, stopped, absent); with
     `advice`, what brings it back."""
@@ -245,6 +252,14 @@ def status_rows(
             if tail and not log.get("fatal") and not node.get("unreachable"):
                 why += f"; last log: {tail[-1]}"
             notes.append(why)
+        elif stopping(node):
+            # Docker or an admin is stopping the unit (Requires=docker.service): the container goes with it
+            healthy = False
+            unit = _unit_text(node.get("unit") or {})
+            notes.append(
+                f"{host} (rank {rank}): its unit is {unit} while the container still runs: the rank is going "
+                "down with it; `sparkfleet start` restarts the cluster in order"
+            )
         elif rank != 0 and api.get("state") == "ok" and log.get("phase") not in ("following", None):
             notes.append(f"{host} (rank {rank}): its log does not say it follows rank 0 ({log.get('phase')})")
         partial = weights_partial(host, node)

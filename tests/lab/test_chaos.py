@@ -24,6 +24,7 @@ test_lock.py) and rank 1 killed with SIGKILL while serving (tests/lab/test_engin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from lab_cli import command, env, sparkfleet
@@ -98,6 +100,43 @@ class Background:
     def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:  # the test left early: nothing of the run is left behind
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _tree(self) -> list[int]:
+        """The run's processes, parents first: the wrapper, then ansible-playbook (ansible-runner spawns it
+        in a session of its own on a pty: the run's process group does not hold it), its workers, ssh."""
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue  # gone meanwhile
+                children.setdefault(ppid, []).append(int(entry))
+        order, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop(0)
+            order.append(pid)
+            todo += children.get(pid, [])
+        return order
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The run held still (SIGSTOP, parents before children, so none forks past it) while the test acts,
+        then let go (SIGCONT): a fault lands between two of the run's steps, not racing them."""
+        stopped: list[int] = []
+        try:
+            for _ in range(2):  # a second walk finds what a parent forked before it stopped
+                for pid in self._tree():
+                    if pid not in stopped:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGSTOP)
+                            stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def finish(self, timeout: float = 900) -> int:
         try:
@@ -221,8 +260,14 @@ def test_docker_stopped_on_a_worker_during_start_is_named_and_a_rerun_heals(lab)
     worker = lab.hosts[2]
     stopped(lab)
     with Background(lab, "start") as run:
+        # The worker's unit has been started (Requires=docker.service: starting it would start Docker again);
+        # held still here, the run meets the stopped Docker in its wait for the worker, or, when the worker
+        # passed its checks before the freeze, in the status it ends with. Either way Docker is named.
         run.wait_for(task_started("Wait until each worker passed its argument checks"))
-        lab.exec(worker, "systemctl", "stop", "docker.socket", "docker.service")
+        with run.frozen():
+            lab.exec(worker, "systemctl", "stop", "docker.socket", "docker.service")
+            docker = lab.exec(worker, "systemctl", "is-active", "docker.service", check=False).strip()
+            assert docker != "active", docker
         rc = run.finish()
     assert rc == 2, run.output[-4000:]
     assert f"Docker is not running on {worker}" in run.output, run.output[-4000:]

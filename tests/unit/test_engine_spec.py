@@ -477,6 +477,24 @@ def test_status_rows_say_what_runs_and_why_not():
     assert status["log"] == ["spark1 (rank 0): [tensorfold] serving m at http://127.0.0.1:8888/v1"]
 
 
+def test_a_rank_whose_unit_is_going_down_is_not_healthy_though_its_container_still_runs():
+    # what a start read on a worker whose Docker was being stopped (tp3 lab, CI): unit stopping, container up
+    serving = {
+        "unit": {"exists": True, "active": "active", "sub": "running"},
+        "container": {"exists": True, "running": True, "labels": {COMMIT: "a" * 40}},
+        "log": {"phase": "serving", "ready": "[tensorfold] serving m at http://127.0.0.1:8888/v1"},
+    }
+    api = {"state": "ok", "models": ["m"], "detail": "m served"}
+    assert spec_mod.status_rows({"spark1": serving, "spark2": serving}, PLAN, api, "a" * 40)["healthy"]
+    for active, sub in (("deactivating", "stop"), ("inactive", "dead"), ("failed", "failed")):
+        going = dict(serving, unit={"exists": True, "active": active, "sub": sub}, log={"phase": "following"})
+        status = spec_mod.status_rows({"spark1": serving, "spark2": going}, PLAN, api, "a" * 40)
+        assert not status["healthy"], active
+        assert f"spark2 (rank 1): its unit is {active}/{sub} while the container still runs" in " ".join(
+            status["notes"]
+        )
+
+
 # ---- argument specs match the defaults --------------------------------------------------------
 
 
