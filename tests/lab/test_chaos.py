@@ -260,9 +260,10 @@ def test_docker_stopped_on_a_worker_during_start_is_named_and_a_rerun_heals(lab)
     worker = lab.hosts[2]
     stopped(lab)
     with Background(lab, "start") as run:
-        # The worker's unit has been started (Requires=docker.service: starting it would start Docker again);
-        # held still here, the run meets the stopped Docker in its wait for the worker, or, when the worker
-        # passed its checks before the freeze, in the status it ends with. Either way Docker is named.
+        # The worker's unit has been started (Requires=docker.service: starting it would start Docker again).
+        # Held still here, the run meets the stopped Docker in its wait for the worker; when the worker passed
+        # its checks before the freeze, in every rank's words after rank 0's failed rendezvous, or in the
+        # status it ends with (roles/engine_service/README.md, start step 4). Each way names Docker.
         run.wait_for(task_started("Wait until each worker passed its argument checks"))
         with run.frozen():
             lab.exec(worker, "systemctl", "stop", "docker.socket", "docker.service")
