@@ -39,6 +39,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_status i
     status_rows,
     status_table,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state import pending
 
 # the settings label is part of what tests import from this file
 __all__ = ["SETTINGS_LABEL", "FilterModule", "SpecError", "engine_spec"]
@@ -51,6 +52,15 @@ except ImportError:  # pragma: no cover - the filter is also importable without 
 
 class SpecError(_Base):
     """engine_container.SpecError as a filter error (module_utils import only the standard library)."""
+
+
+def files_pending(
+    node: dict, files: list | None = None, dirs: list | None = None, enable: list | None = None
+) -> list:
+    """What a files task would change on a node, from its engine_node read (module_utils/files_state.py)."""
+    units = [node.get("unit"), *(node.get("other_units") or {}).values()]
+    by_name = {u["name"]: u for u in units if u and u.get("name")}
+    return pending(node.get("paths") or {}, files or [], dirs or [], by_name, enable or [])
 
 
 def engine_spec(settings: dict) -> dict:
@@ -79,4 +89,5 @@ class FilterModule:
             "engine_status_lines": status_lines,
             "engine_rank_problem": rank_problem,
             "status_table": status_table,
+            "files_pending": files_pending,
         }

@@ -56,6 +56,18 @@ options:
       variable that sets it): each is tried with a bind, closed at once, and C(binds) says which would fail
       and why. A port in use is traced to the processes listening on it: one inside sparkfleet's running
       container is the engine's own and fine; anyone else's is named with its command and PID."
+  paths:
+    type: list
+    elements: str
+    default: []
+    description: "Files and directories the role writes (its unit, environment file, helpers, kernel cache):
+      C(paths) reports each one's sha256, mode and owner, so the role's write runs only when one differs
+      (plugins/module_utils/files_state.py)."
+  other_units:
+    type: list
+    elements: str
+    default: []
+    description: "More units to read, as I(unit) is read (rank 0's watch); reported in C(other_units)."
   wait_for_start:
     type: float
     default: 0
@@ -96,7 +108,15 @@ container:
     true (and status C(unknown)) when Docker is not running
   type: dict
   returned: always
-unit: {description: "exists, active, sub, result, exit_status, enabled", type: dict, returned: always}
+unit:
+  description: "exists, active, sub, result, exit_status, enabled, need_reload"
+  type: dict
+  returned: always
+other_units: {description: "I(other_units), each read as C(unit) is", type: dict, returned: always}
+paths:
+  description: "I(paths), each C({dir, mode, uid, gid, sha256}) (sha256: files only); None: missing"
+  type: dict
+  returned: always
 gpu_runtime: {description: an NVIDIA container runtime is installed, type: bool, returned: always}
 devices_present: {description: which of I(devices) exist, type: list, returned: always}
 memlock_hard:
@@ -141,6 +161,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs imp
     seconds_since,
     summarize,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state import observe
 
 # `docker run --gpus` needs the hook (nvidia-container-toolkit) or a registered nvidia runtime.
 GPU_RUNTIME_BINARIES = ("nvidia-container-runtime-hook",)
@@ -207,6 +228,7 @@ def parse_unit(show: str) -> dict:
         "exit_status": int(props["ExecMainStatus"]) if props.get("ExecMainStatus", "").isdigit() else None,
         "enabled": props.get("UnitFileState", ""),
         "since": props.get("ActiveEnterTimestamp") or props.get("InactiveEnterTimestamp") or "",
+        "need_reload": props.get("NeedDaemonReload", "no") == "yes",
     }
 
 
@@ -365,6 +387,8 @@ def main() -> None:
             "rank": {"type": "int", "default": 0},
             "wait_for_start": {"type": "float", "default": 0},
             "binds": {"type": "list", "elements": "dict", "default": []},
+            "paths": {"type": "list", "elements": "str", "default": []},
+            "other_units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -377,7 +401,7 @@ def main() -> None:
         if not systemctl:
             return None
         rc, show, _ = module.run_command(
-            [systemctl, "show", name, f"--property={props},InactiveEnterTimestamp"]
+            [systemctl, "show", name, f"--property={props},InactiveEnterTimestamp,NeedDaemonReload"]
         )
         return {**parse_unit(show), "name": name} if rc == 0 else None
 
@@ -412,6 +436,8 @@ def main() -> None:
 
     unit = p["unit"] or f"{p['name']}.service"
     out["unit"] = unit_state(unit) or {**parse_unit(""), "name": unit}
+    out["other_units"] = {u: unit_state(u) or {**parse_unit(""), "name": u} for u in p["other_units"]}
+    out["paths"] = observe(p["paths"])
     out["devices_present"] = [d for d in p["devices"] if os.path.exists(d)]
     out["weights"] = read_json(p["weights_record"])
     overrides = {"dir": p["weights_dir"], "rank_file": p["rank_file"], "chat_template": p["chat_template"]}

@@ -79,7 +79,9 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     half is the module's unit test, tests/unit/test_phase_state.py). And ssh_trust's trust broken at both
     ends: the managed block of the head's ssh config pointed elsewhere, the head's key taken out of a
     worker's authorized_keys; ssh_trust's gate sees its files changed and applies in full. And network_links'
-    netplan file edited on a node: its gate sees the file changed and writes it again."""
+    netplan file edited on a node: its gate sees the file changed and writes it again. And engine_service's
+    files, which its start writes only when its read of the node finds one changed (files_pending): a worker's
+    container helper given another mode, the head's watch environment edited."""
     edited, stopped, reset = lab.hosts[0], lab.hosts[1], lab.hosts[-1]  # TP2: the last two on one node
     # ssh_trust's files, as its records list them (the head's record has its ssh config, a worker's its
     # authorized_keys)
@@ -97,6 +99,15 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     )
     fabric = lab.exec(stopped, "cat", netplan)
     lab.exec(stopped, "sed", "-i", "1i # edited by hand", netplan)
+    helper = "/usr/local/libexec/sparkfleet-engine-container"
+    watch_env = next(  # the watch's environment file, as its unit names it
+        line.split("=", 2)[2]
+        for line in lab.exec(head, "systemctl", "cat", "sparkfleet-engine-watch.service").splitlines()
+        if line.startswith("Environment=SPARKFLEET_ENGINE_WATCH_ENV=")
+    )
+    watch_settings = lab.exec(head, "cat", watch_env)
+    lab.exec(worker, "chmod", "0700", helper)
+    lab.exec(head, "sh", "-c", f"echo '# edited by hand' >> {watch_env}")
     settings = lab.exec(edited, "cat", "/etc/default/earlyoom")
     sysctl = lab.exec(reset, "cat", "/etc/sysctl.d/60-sparkfleet.conf")
     assert "vm.swappiness" in sysctl
@@ -129,6 +140,12 @@ def test_drift_behind_our_back_is_found_and_fixed_by_the_next_up(lab, play):
     assert sorted(lab.exec(worker, "cat", keys).splitlines()) == sorted(authorized.splitlines())
     assert any("Authorize the head's key" in t for t in changed.by_host.get(worker, [])), changed.by_host
     assert reach(lab, head, worker, user) == "rc=0"  # the trust works again
+
+    assert lab.exec(worker, "stat", "-c", "%a", helper).strip() == "755"
+    unit_write = "Write the unit, its environment"
+    assert any(unit_write in t for t in changed.by_host.get(worker, [])), changed.by_host
+    assert lab.exec(head, "cat", watch_env) == watch_settings
+    assert any(unit_write in t for t in changed.by_host.get(head, [])), changed.by_host
 
     # and the run after that finds every phase clean again
     again = Changed()

@@ -181,3 +181,64 @@ def test_a_missing_directory_with_if_missing_is_made_with_its_parents(node: dict
     for d in (top, top.parent):  # the parents it made are its own too
         assert d.stat().st_uid == nobody and d.stat().st_mode & 0o7777 == 0o755
     assert not run(node, args)["changed"]
+
+
+# ---- files_pending (plugins/module_utils/files_state.py): the same verdict from a read made beforehand ----
+def test_files_pending_agrees_with_the_module_in_every_state(node: dict) -> None:
+    """engine_service skips its files task when files_pending finds nothing: for each state of the node the
+    verdict from files_state's read must match what the module itself would change (its check mode)."""
+    from ansible_collections.sparkfleet.cluster.plugins.module_utils import files_state
+
+    root = node["root"]
+    unit, helper, cache = root / "u" / "x.service", root / "libexec" / "x-helper", root / "cache" / "k"
+    args = {
+        "files": [
+            {"path": str(unit), "content": "[Service]\nExecStart=/bin/true\n", "mode": "0644"},
+            {"path": str(helper), "content": "#!/bin/sh\necho é\n", "mode": "0755"},
+        ],
+        "dirs": [{"path": str(cache), "mode": "0755"}],
+        "units": ["x.service"],
+        "enable": ["x.service"],
+    }
+
+    def verdicts() -> tuple[bool, list[str]]:
+        module_changes = run(node, args, check_mode=True)["changed"]
+        show = "yes" in (root / "reload").read_text()
+        enabled = "x.service" in (root / "enabled").read_text().split()
+        units = {"x.service": {"enabled": "enabled" if enabled else "disabled", "need_reload": show}}
+        observed = files_state.observe([str(unit), str(helper), str(cache)])
+        found = files_state.pending(observed, args["files"], args["dirs"], units, args["enable"])
+        return module_changes, found
+
+    states = {}
+    states["nothing there"] = verdicts()
+    run(node, args)
+    states["as written"] = verdicts()
+    helper.chmod(0o700)
+    states["a file's mode"] = verdicts()
+    run(node, args)
+    unit.write_text("[Service]\nExecStart=/bin/false\n")
+    states["a file's content"] = verdicts()
+    run(node, args)
+    cache.chmod(0o700)
+    states["a directory's mode"] = verdicts()
+    run(node, args)
+    cache.rmdir()
+    states["a directory removed"] = verdicts()
+    run(node, args)
+    (root / "enabled").write_text("")
+    states["a unit disabled"] = verdicts()
+    run(node, args)
+    (root / "reload").write_text("yes\n")
+    states["a reload pending"] = verdicts()
+    run(node, args)
+    os.chown(helper, 1, 1)
+    states["a file's owner"] = verdicts()
+    run(node, args)
+    states["as written again"] = verdicts()
+
+    assert {name: (module, bool(found)) for name, (module, found) in states.items()} == {
+        name: (name not in ("as written", "as written again"),) * 2 for name in states
+    }
+    assert states["a file's mode"][1] == [f"{helper}: mode or owner"]
+    assert states["a file's content"][1] == [f"{unit}: content"]

@@ -164,6 +164,72 @@ def test_every_reader_of_the_clock_state_reads_what_gpu_clocks_writes(tmp_path, 
     assert eng["clock"] == {"configured_mhz": cap, "applied_mhz": cap}
 
 
+# ---- preflight_facts' interfaces: what Ansible's network facts list (the gathering left that subset out) --
+def _preflight_facts_module():
+    spec = importlib.util.spec_from_file_location("preflight_facts_mod", MODULES / "preflight_facts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_preflight_interfaces_are_ansibles_interfaces_on_this_machine():
+    """The same names as ansible_interfaces from Ansible's own Linux network collector, run here."""
+    import shutil
+
+    from ansible.module_utils.facts.network.linux import LinuxNetwork
+
+    class Module:  # what the collector asks of an AnsibleModule
+        def get_bin_path(self, name, required=False, opt_dirs=None):
+            return shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
+
+        def run_command(self, args, **_kw):
+            done = subprocess.run(args, capture_output=True, text=True, check=False)
+            return done.returncode, done.stdout, done.stderr
+
+    ansible_interfaces = sorted(LinuxNetwork(Module()).populate()["interfaces"])
+    assert ansible_interfaces and _preflight_facts_module().interfaces() == ansible_interfaces
+
+
+def test_preflight_interfaces_count_directories_and_links_to_them_only(tmp_path):
+    net = tmp_path / "class/net"
+    (net / "eth0").mkdir(parents=True)
+    (tmp_path / "devices/virtual/net/lo").mkdir(parents=True)
+    (net / "lo").symlink_to(tmp_path / "devices/virtual/net/lo")
+    (net / "gone").symlink_to(tmp_path / "devices/virtual/net/gone")  # a dangling link
+    (net / "bonding_masters").write_text("\n")  # a file, as on a node with the bonding driver
+    mod = _preflight_facts_module()
+    assert mod.interfaces(str(net)) == ["eth0", "lo"]
+    assert mod.interfaces(str(tmp_path / "missing")) == []
+
+
+def test_engine_node_reports_the_paths_engine_service_writes_and_the_filter_judges_them(tmp_path):
+    """engine_node's `paths` read, fed to the files_pending filter as engine_service does (configure.yml)."""
+    from ansible_collections.sparkfleet.cluster.plugins.filter.engine import files_pending
+
+    helper, cache = tmp_path / "helper", tmp_path / "cache"
+    fileio.write_atomic(str(helper), "#!/bin/sh\n", 0o755, uid=0, gid=0)
+    cache.mkdir(mode=0o755)
+    cache.chmod(0o755)
+    eng = run_module(MODULES / "engine_node.py", False, name="x", docker="no-docker-here",
+                     paths=[str(helper), str(cache), str(tmp_path / "missing")])  # fmt: skip
+    assert eng["paths"][str(tmp_path / "missing")] is None
+    assert eng["paths"][str(cache)]["dir"] and eng["paths"][str(cache)]["mode"] == "0755"
+    files = [{"path": str(helper), "content": "#!/bin/sh\n", "mode": "0755"}]
+    dirs = [{"path": str(cache), "mode": "0755"}]
+    unit = {"name": "x.service", "enabled": "enabled", "need_reload": False}
+    clean = {**eng, "unit": unit}
+    assert files_pending(clean, files=files, dirs=dirs, enable=["x.service"]) == []
+    edited = [{**files[0], "content": "#!/bin/bash\n"}]
+    assert files_pending(clean, files=edited, dirs=dirs) == [f"{helper}: content"]
+    assert files_pending(clean, files=files, dirs=[{"path": str(tmp_path / "missing"), "mode": "0755"}]) == [
+        f"{tmp_path / 'missing'}: missing"
+    ]
+    reload = {**clean, "unit": {**unit, "need_reload": True}}
+    assert files_pending(reload, files=files) == ["x.service: systemd reload"]
+    # a unit the read did not report is not known to be enabled: the files task decides
+    assert files_pending(clean, files=files, enable=["x-watch.service"]) == ["x-watch.service: enable"]
+
+
 # ---- disk ---------------------------------------------------------------------------------------------
 def test_existing_parent_and_free_bytes(tmp_path):
     assert disk.existing_parent(str(tmp_path / "a/b/c")) == str(tmp_path)

@@ -1,0 +1,80 @@
+# What the files module (plugins/modules/files.py) would change, judged on the controller from a read the
+# node already made: a role that reads its node first (engine_service's engine_node) hands over the paths its
+# files task writes, the node reports each one's sha256, mode and owner with its units' state, and the files
+# task runs only when something differs. A read that cannot tell (a path it did not report) counts as
+# different: the files module itself then decides, as it always did. Standard library only (the node half
+# runs in a module).
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Mapping
+
+
+def observe(paths: Iterable[str]) -> dict[str, dict | None]:
+    """Each path's kind, mode and owner, and a regular file's sha256; None for a path that does not exist."""
+    out: dict[str, dict | None] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out[path] = None
+            continue
+        entry = {
+            "dir": stat.S_ISDIR(st.st_mode),
+            "mode": f"{st.st_mode & 0o7777:04o}",
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+        }
+        if stat.S_ISREG(st.st_mode):
+            digest = hashlib.sha256()
+            try:
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:
+                out[path] = None
+                continue
+            entry["sha256"] = digest.hexdigest()
+        out[path] = entry
+    return out
+
+
+def pending(
+    observed: Mapping[str, Mapping | None],
+    files: Iterable[Mapping] = (),
+    dirs: Iterable[Mapping] = (),
+    units: Mapping[str, Mapping] | None = None,
+    enable: Iterable[str] = (),
+) -> list[str]:
+    """What the files module would change, in words (empty: nothing). `files` and `dirs` are the module's own
+    entries; `units` maps each unit of the module's `units` and `enable` to the node's read of it
+    (`enabled`: its UnitFileState, `need_reload`: NeedDaemonReload)."""
+    out = []
+    for entry in files:
+        path, want_mode = str(entry["path"]), f"{int(str(entry['mode']), 8):04o}"
+        have = observed.get(path)
+        want_sha = hashlib.sha256(str(entry["content"]).encode("utf-8")).hexdigest()
+        if not have or have.get("dir") or have.get("sha256") != want_sha:
+            out.append(f"{path}: content")
+        elif have.get("mode") != want_mode or (have.get("uid"), have.get("gid")) != (0, 0):
+            out.append(f"{path}: mode or owner")
+    for entry in dirs:
+        path, want_mode = str(entry["path"]), f"{int(str(entry['mode']), 8):04o}"
+        have = observed.get(path)
+        if not have or not have.get("dir"):
+            out.append(f"{path}: missing")
+        elif str(entry.get("if_missing", False)).lower() in ("true", "yes", "on", "1"):
+            continue
+        elif entry.get("owner") or entry.get("group") or have.get("mode") != want_mode:
+            # an owner by name is resolved on the node: the files module judges it
+            out.append(f"{path}: mode or owner")
+    units = units or {}
+    for name, state in units.items():
+        if not state or state.get("need_reload", True):
+            out.append(f"{name}: systemd reload")
+    for name in enable:
+        if (units.get(name) or {}).get("enabled") != "enabled":
+            out.append(f"{name}: enable")
+    return out
