@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 help:
 	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
 	@echo "make test       lint + unit tests + molecule scenarios (the CI command)"
-	@echo "make test-vm    the VM lab's scenario (qemu guests: real kernel, GRUB, reboots); not in make test"
+	@echo "make test-vm    the VM lab's scenario alone (qemu guests: real kernel, GRUB, reboots; make test runs it too)"
 	@echo "make bench      benchmarks, each printing a ratio measured side by side"
 	@echo "make lab-down   remove the lab's containers, networks and keys"
 
@@ -60,6 +60,7 @@ images: host venv
 	$(BIN)/sparkfleet lab images
 
 molecule: host venv
+	scripts/ensure-vm-host.sh
 	scripts/run-molecule.sh
 
 labctl: host venv
@@ -69,8 +70,8 @@ labctl: host venv
 test: host venv
 	scripts/test-all.sh
 
-# The VM lab's scenario (molecule/vm: qemu guests with real kernels, GRUB and reboots); not part of `test`
-# (README "The VM lab" says when to run it). Installs qemu and the disk-build tools if missing.
+# The VM lab's scenario alone (molecule/vm: qemu guests with real kernels, GRUB and reboots; `test` runs it too,
+# last in the role lane). Installs qemu and the disk-build tools if missing.
 test-vm: venv
 	scripts/ensure-vm-host.sh
 	MOLECULE_SCENARIOS=vm MOLECULE_PARALLEL=0 scripts/run-molecule.sh

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the molecule scenarios, each with its own lab (own name, networks, fact cache): the cluster
 # scenarios tp3 and tp2 (site.yml end to end, the fault tests) and one scenario per role
-# (molecule/<role>/: a small lab of one or two nodes, that role alone).
+# (molecule/<role>/: a small lab of one or two nodes, that role alone), and vm (the VM lab: two qemu guests).
 # By default in three lanes side by side, every line prefixed with its scenario: tp3 in the first (the
-# longest), tp2 in the second, the role scenarios one after the other in the third. Much of a
+# longest), tp2 in the second, the role scenarios and then vm one after the other in the third. Much of a
 # scenario's time is spent waiting (boots, restarts, readiness), which the other lanes fill; the role
 # scenarios and tp2 end early, so tp3's long fault tests run on an idle machine.
 #   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane)
@@ -14,13 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
 # the role scenarios that build the engine image (its build in the nodes' nested Docker is the heaviest step of
-# any scenario) go last, after tp3 and tp2 have built theirs, so that the builds do not all run at once
-# (vm, the VM lab's scenario, is not in the default set: `make test-vm` runs it; README "The VM lab")
+# any scenario) go last, after tp3 and tp2 have built theirs, so that the builds do not all run at once; vm, the
+# VM lab's scenario (qemu guests, README "The VM lab"), after them: the role lane ends well before tp3's, and
+# the emulated CPUs then take less from the others' converges
 roles=$(for d in molecule/*/molecule.yml; do
   s=$(basename "$(dirname "$d")")
   case $s in tp2|tp3|engine_image|engine_service|vm) ;; *) printf '%s ' "$s" ;; esac
 done)
-roles="$roles engine_image engine_service"
+roles="$roles engine_image engine_service vm"
 scenarios=${MOLECULE_SCENARIOS:-"tp3 tp2 $roles"}
 parallel=${MOLECULE_PARALLEL:-1}
 prefix=${SPARKFLEET_LAB_PREFIX:-molecule}
