@@ -12,8 +12,10 @@ description:
     before any role has installed anything (C(docker version) reports a missing or stopped Docker; the
     community.docker modules need python3-requests, which role engine_image installs later).
   - The node's network interfaces are listed from /sys/class/net, as Ansible's Linux network facts list them
-    (C(ansible_interfaces)), so the fact gathering before it can leave out the network subset, whose
-    per-interface C(ip) calls took about half of its time on a TP3 lab.
+    (C(ansible_interfaces)), and the facts of the C(platform) and C(distribution) subsets (OS, version,
+    architecture, the running kernel) are gathered by Ansible's own fact collector, as
+    C(ansible.builtin.setup) gathers them, and returned as C(ansible_facts) (so they reach the fact cache
+    too), where a setup task before this one was a round trip of its own on every run.
   - Free disk is measured on the filesystem that holds O(weights_path) (its nearest existing parent
     when it does not exist yet); what the weights directory already holds is reported separately, so
     a re-run after the download is not refused for the space the weights themselves use.
@@ -47,7 +49,7 @@ author: sparkfleet developers
 """
 
 EXAMPLES = r"""
-- name: Read disk, memory, kernel settings, docker and nvidia-smi
+- name: Read the OS, disk, memory, kernel settings, docker and nvidia-smi
   sparkfleet.cluster.preflight_facts:
     weights_path: /srv/sparkfleet/models
     ports: [18002, 29500]
@@ -85,6 +87,10 @@ interfaces:
   description: The names of the node's network interfaces (the directories under /sys/class/net), sorted.
   type: list
   returned: always
+ansible_facts:
+  description: What C(ansible.builtin.setup) gathers with C(gather_subset=!all,!min,platform,distribution).
+  type: dict
+  returned: always
 """
 
 import os
@@ -95,6 +101,48 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import Nod
 
 # Kernel parameters preflight compares across nodes (every rank needs the same).
 VM_SETTINGS = ("min_free_kbytes", "swappiness", "watermark_boost_factor")
+
+
+# what ansible.builtin.setup gathers with gather_subset=!all,!min,platform,distribution; its minimal subset
+FACT_SUBSET = ["!all", "!min", "platform", "distribution"]
+SETUP_MINIMAL = frozenset(
+    [
+        "apparmor",
+        "caps",
+        "cmdline",
+        "date_time",
+        "distribution",
+        "dns",
+        "env",
+        "fips",
+        "local",
+        "lsb",
+        "pkg_mgr",
+        "platform",
+        "python",
+        "selinux",
+        "service_mgr",
+        "ssh_pub_keys",
+        "user",
+    ]
+)
+
+
+def setup_facts(module, gather_subset: list[str] = FACT_SUBSET) -> dict:
+    """The facts ansible.builtin.setup would return for `gather_subset`, by the same code path (its collector,
+    its default collectors and namespace): OS, version, architecture, the running kernel."""
+    from ansible.module_utils.facts import ansible_collector, default_collectors
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+        filter_spec=[],
+        gather_subset=gather_subset,
+        gather_timeout=10,
+        minimal_gather_subset=SETUP_MINIMAL,
+    )
+    return collector.collect(module=module)
 
 
 def interfaces(sys_class_net: str = "/sys/class/net") -> list[str]:
@@ -155,6 +203,7 @@ def main() -> None:
         gpu=node.gpus(module, p["nvidia_smi"]),
         listening=node.listening(p["ports"]),
         interfaces=interfaces(),
+        ansible_facts=setup_facts(module),
     )
 
 

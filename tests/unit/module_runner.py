@@ -45,8 +45,11 @@ def run(name: str, args: dict[str, Any], env: Mapping[str, str] | None = None, r
     return (subprocess_run if real else in_process)(name, args, env)
 
 
-def in_process(name: str, args: dict[str, Any], env: Mapping[str, str] | None = None) -> dict:
-    module = importlib.import_module(f"{PACKAGE}.{name}")
+def in_process(
+    name: str, args: dict[str, Any], env: Mapping[str, str] | None = None, package: str = PACKAGE
+) -> dict:
+    """`package`: another module package (ansible.modules: Ansible's own, for a comparison)."""
+    module = importlib.import_module(f"{package}.{name}")
     out = io.StringIO()
     with (
         patch_module_args(args),

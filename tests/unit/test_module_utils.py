@@ -190,6 +190,16 @@ def test_preflight_interfaces_are_ansibles_interfaces_on_this_machine():
     assert ansible_interfaces and _preflight_facts_module().interfaces() == ansible_interfaces
 
 
+def test_preflight_facts_returns_the_facts_setup_gathers(tmp_path):
+    """preflight_facts replaced the setup task before it: the same facts, for the same subset."""
+    mod = _preflight_facts_module()
+    setup = module_runner.in_process("setup", {"gather_subset": mod.FACT_SUBSET}, package="ansible.modules")
+    absent = {"docker": "no-docker-here", "nvidia_smi": "no-smi-here"}
+    ours = run_module(MODULES / "preflight_facts.py", False, weights_path=str(tmp_path / "w"), **absent)
+    assert {"ansible_distribution", "ansible_architecture", "ansible_kernel"} <= set(ours["ansible_facts"])
+    assert ours["ansible_facts"] == setup["ansible_facts"]
+
+
 def test_preflight_interfaces_count_directories_and_links_to_them_only(tmp_path):
     net = tmp_path / "class/net"
     (net / "eth0").mkdir(parents=True)
@@ -461,6 +471,9 @@ def test_module_imports_what_ansible_ships(path):
         assert (
             root in STDLIB
             or name == "ansible.module_utils.basic"
+            # preflight_facts gathers setup's facts with Ansible's own collector: AnsiballZ ships that
+            # package with the module as it does with ansible.builtin.setup
+            or (path.stem == "preflight_facts" and name.startswith("ansible.module_utils.facts"))
             or name.startswith(OWN + ".")
             or name == OWN
         ), f"{path.name} imports {name}"
