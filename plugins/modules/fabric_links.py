@@ -42,6 +42,13 @@ options:
     type: list
     elements: str
     default: []
+  rdma:
+    description: >-
+      When set and the rails already match (nothing applied), also read the rails' RDMA devices as
+      C(sparkfleet.cluster.rdma_facts) does, with these of its options - C(sysfs_root), C(min_rate_gbps),
+      C(port), C(real_sysfs_root) - and return its result as C(rdma): one round trip for both. After an apply
+      nothing is read (a new address's RoCE GID appears a moment later): C(rdma) is then null.
+    type: dict
 author: sparkfleet developers
 """
 
@@ -67,10 +74,16 @@ rails:
   description: Per rail after the run, C({netdev, exists, up, carrier, mtu, ipv4, ipv6}).
   type: list
   returned: always
+rdma:
+  description: What rdma_facts would return, when O(rdma) was set and nothing was applied; else null.
+  type: dict
+  returned: always
 """
 
 import json
 import time
+
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.rdma import facts as rdma_facts
 
 
 def parse_ip(text: str) -> dict[str, dict]:
@@ -135,6 +148,7 @@ def main() -> None:
             "force": {"type": "bool", "default": False},
             "wait_s": {"type": "int", "default": 30},
             "protect": {"type": "list", "elements": "str", "default": []},
+            "rdma": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -157,9 +171,22 @@ def main() -> None:
         module.fail_json(msg=f"fabric interfaces missing: {'; '.join(missing)}", drift=before)
     cmds = apply_commands(p["renderer"], netdevs)
     if not before and not p["force"]:
-        module.exit_json(changed=False, drift=[], commands=[], rails=[live()[d] for d in netdevs])
+        rdma = None
+        if p["rdma"] is not None:
+            o = p["rdma"]
+            rdma = rdma_facts(
+                str(o.get("sysfs_root") or "/sys"),
+                links,
+                min_rate_gbps=float(o.get("min_rate_gbps", 200)),
+                port=int(o.get("port", 1)),
+                real_sysfs_root=str(o.get("real_sysfs_root") or "/sys"),
+                which=module.get_bin_path,
+            )
+        module.exit_json(changed=False, drift=[], commands=[], rails=[live()[d] for d in netdevs], rdma=rdma)
     if module.check_mode:
-        module.exit_json(changed=True, drift=before, commands=[" ".join(c) for c in cmds], rails=[])
+        module.exit_json(
+            changed=True, drift=before, commands=[" ".join(c) for c in cmds], rails=[], rdma=None
+        )
     for cmd in cmds:
         rc, out, err = module.run_command(cmd)
         if rc != 0:
@@ -182,7 +209,11 @@ def main() -> None:
             rails=[state.get(d, {"netdev": d, "exists": False}) for d in netdevs],
         )
     module.exit_json(
-        changed=True, drift=before, commands=[" ".join(c) for c in cmds], rails=[state[d] for d in netdevs]
+        changed=True,
+        drift=before,
+        commands=[" ".join(c) for c in cmds],
+        rails=[state[d] for d in netdevs],
+        rdma=None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -121,3 +122,51 @@ def test_netplan_takes_ipv6_off_the_rails_under_networkmanager_too():
     for dev in networkd.values():
         # networkd's LinkLocalAddressing=no already keeps IPv6 off; the networkmanager key is for NM only
         assert dev["renderer"] == "networkd" and dev["link-local"] == [] and "networkmanager" not in dev
+
+
+# ---- the RDMA read in fabric_links' round trip (role network_links' no-op: one round trip for both) -------
+SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs" / "normal"
+RDMA_LINKS = [
+    {"netdev": "enp1s0f1np1", "hca": "rocep1s0f1", "address": "10.12.1.1", "prefix": 24},
+    {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": "10.12.2.1", "prefix": 24},
+]
+
+
+def stand_in_ip(tmp_path: Path, *rails: dict) -> dict:
+    """PATH with an `ip` that prints these rails as `ip -j addr show` does, and a `netplan`, `networkctl` that
+    record their calls (the apply's commands)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (tmp_path / "ip.json").write_text(ip_json(*rails))
+    (bindir / "ip").write_text(f"#!/bin/sh\ncat {tmp_path / 'ip.json'}\n")
+    for tool in ("netplan", "networkctl"):
+        (bindir / tool).write_text(f'#!/bin/sh\necho {tool} "$@" >> {tmp_path / "calls"}\n')
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_fabric_links_reads_rdma_as_rdma_facts_does_when_it_applies_nothing(tmp_path):
+    import module_runner
+
+    matching = [link(r["netdev"], v4=[f"{r['address']}/24"]) for r in RDMA_LINKS]
+    env = stand_in_ip(tmp_path, *matching)
+    options = {"sysfs_root": str(SYSFS), "min_rate_gbps": 200, "real_sysfs_root": str(tmp_path / "no-sys")}
+    got = module_runner.run("fabric_links", {"links": RDMA_LINKS, "rdma": options}, env)
+    assert not got["changed"] and got["drift"] == [] and not (tmp_path / "calls").exists()
+    want = module_runner.run("rdma_facts", {"links": RDMA_LINKS, **options}, env)
+    want = {k: v for k, v in want.items() if k not in ("changed", "invocation")}
+    assert got["rdma"] == want and [d["gid_index"] for d in want["devices"]] == [3, 3]
+    # without the option: nothing read
+    assert module_runner.run("fabric_links", {"links": RDMA_LINKS}, env)["rdma"] is None
+
+
+def test_fabric_links_reads_no_rdma_after_it_applied(tmp_path):
+    import module_runner
+
+    drifted = [link(r["netdev"], mtu=1500, v4=[f"{r['address']}/24"]) for r in RDMA_LINKS]
+    env = stand_in_ip(tmp_path, *drifted)
+    args = {"links": RDMA_LINKS, "rdma": {"sysfs_root": str(SYSFS)}, "wait_s": 0}
+    got = module_runner.run("fabric_links", args, env)  # the stand-in never converges: the apply fails
+    assert "MTU 1500, plan 9000" in " ".join(got["drift"]) and got.get("rdma") is None
+    assert module_runner.run("fabric_links", args | {"_ansible_check_mode": True}, env)["rdma"] is None
