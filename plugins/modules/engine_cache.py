@@ -38,14 +38,11 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
-
-GIB = 1 << 30
-
-
-def shortfall(size_gib: float, used: int, free: int) -> int:
-    """Bytes missing for the cache to reach its size (0 when it fits)."""
-    return max(0, int(size_gib * GIB) - used - free)
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import (  # noqa: F401 - the tests' names
+    GIB,
+    cache_space,
+    shortfall,
+)
 
 
 def main() -> None:
@@ -61,38 +58,16 @@ def main() -> None:
         pw = pwd.getpwnam(p["owner"])
     except KeyError:
         module.fail_json(msg=f"unknown owner {p['owner']!r}")
-    changed = False
-    report = []
-    problems = []
-    for cache in p["caches"]:
-        name, path = cache.get("name"), cache.get("path")
-        try:
-            size = float(cache.get("size_gib"))
-        except (TypeError, ValueError):
-            module.fail_json(msg=f"cache {name}: size_gib must be a number, not {cache.get('size_gib')!r}")
-        if not path or not os.path.isabs(path) or size <= 0:
-            module.fail_json(
-                msg=f"cache {name}: needs an absolute path and size_gib > 0 (got {path!r}, {size})"
-            )
-        created = not os.path.isdir(path)
-        if created:
-            changed = True
-            if not module.check_mode:
-                os.makedirs(path, mode=0o750, exist_ok=True)
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-        used = tree_bytes(path)
-        free, _measured_at = free_bytes(path)
-        missing = shortfall(size, used, free)
-        entry = {"name": name, "path": path, "size_gib": size, "used_bytes": used, "free_bytes": free,
-                 "created": created}  # fmt: skip
-        report.append(entry)
-        if missing:
-            problems.append(
-                f"cache {name} at {path} is configured for {size:g} GiB but the filesystem has "
-                f"{free / GIB:.1f} GiB free (+{used / GIB:.1f} GiB already in it): "
-                f"{missing / GIB:.1f} GiB short. "
-                "Free disk space or lower its size_gib in engine_service_caches."
-            )
+    # measured before a missing directory is made: it will hold nothing, on its parent's filesystem
+    try:
+        report, problems = cache_space(p["caches"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    changed = any(entry["created"] for entry in report)
+    for entry in report:
+        if entry["created"] and not module.check_mode:
+            os.makedirs(entry["path"], mode=0o750, exist_ok=True)
+            os.chown(entry["path"], pw.pw_uid, pw.pw_gid)
     if problems:
         module.fail_json(msg=" ".join(problems), caches=report, changed=changed)
     module.exit_json(changed=changed, caches=report)

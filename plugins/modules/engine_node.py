@@ -63,6 +63,13 @@ options:
     description: "Files and directories the role writes (its unit, environment file, helpers, kernel cache):
       C(paths) reports each one's sha256, mode and owner, so the role's write runs only when one differs
       (plugins/module_utils/files_state.py)."
+  caches:
+    type: list
+    elements: dict
+    default: []
+    description: "The engine's caches on this node (C(engine_cache)'s entries: name, path, size_gib):
+      C(caches) reports engine_cache's check of them, read-only, so its task runs only when a directory is
+      missing or a cache cannot grow to its size."
   other_units:
     type: list
     elements: str
@@ -113,6 +120,11 @@ unit:
   type: dict
   returned: always
 other_units: {description: "I(other_units), each read as C(unit) is", type: dict, returned: always}
+caches:
+  description: "engine_cache's check of I(caches), read-only - C({report, problems, error}) (report: name,
+    path, size_gib, used_bytes, free_bytes, created - true when the directory is missing)"
+  type: dict
+  returned: always
 paths:
   description: "I(paths), each C({dir, mode, uid, gid, sha256}) (sha256: files only); None: missing"
   type: dict
@@ -155,6 +167,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.binds import bind_problem
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import GPU_KEY, read_cap
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import cache_space
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.engine_logs import (
     Patterns,
     read_logs,
@@ -389,6 +402,7 @@ def main() -> None:
             "binds": {"type": "list", "elements": "dict", "default": []},
             "paths": {"type": "list", "elements": "str", "default": []},
             "other_units": {"type": "list", "elements": "str", "default": []},
+            "caches": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -438,6 +452,11 @@ def main() -> None:
     out["unit"] = unit_state(unit) or {**parse_unit(""), "name": unit}
     out["other_units"] = {u: unit_state(u) or {**parse_unit(""), "name": u} for u in p["other_units"]}
     out["paths"] = observe(p["paths"])
+    try:
+        report, problems = cache_space(p["caches"])
+        out["caches"] = {"report": report, "problems": problems, "error": ""}
+    except ValueError as exc:  # engine_cache's task runs and fails with the same words
+        out["caches"] = {"report": [], "problems": [], "error": str(exc)}
     out["devices_present"] = [d for d in p["devices"] if os.path.exists(d)]
     out["weights"] = read_json(p["weights_record"])
     overrides = {"dir": p["weights_dir"], "rank_file": p["rank_file"], "chat_template": p["chat_template"]}

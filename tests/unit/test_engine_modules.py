@@ -410,6 +410,28 @@ def test_cache_dirs_are_made_kept_and_checked_for_space(tmp_path):
     assert too_big["failed"] and "GiB short" in too_big["msg"] and not (tmp_path / "spill").exists()
 
 
+def test_engine_nodes_cache_read_is_engine_caches_own_check(tmp_path):
+    """engine_service skips its cache task when the start's read (engine_node's `caches`) finds every
+    directory there and every size possible: in each state that read and the module's check mode agree."""
+    ok = [{"name": "prompt-disk", "path": str(tmp_path / "prompt"), "size_gib": 0.001}]
+    huge = [{"name": "spill", "path": str(tmp_path / "spill"), "size_gib": 1 << 20}]
+    for caches in (ok, huge):
+        for made in (False, True):
+            if made:
+                (tmp_path / Path(caches[0]["path"]).name).mkdir(exist_ok=True)
+            read = run_module("engine_node", {"name": "x", "docker": "no-docker-here", "caches": caches})[
+                "caches"
+            ]
+            dry = run_module("engine_cache", {"caches": caches, "owner": pwd_name()}, check_mode=True)
+            assert [e["created"] for e in read["report"]] == [not made]
+            assert bool(dry["changed"]) == (not made) and bool(dry.get("failed")) == bool(read["problems"])
+            assert read["problems"] == ([dry["msg"]] if dry.get("failed") else [])
+    bad = run_module(
+        "engine_node", {"name": "x", "docker": "no-docker-here", "caches": [{"name": "c", "path": "rel"}]}
+    )
+    assert "size_gib must be a number" in bad["caches"]["error"]
+
+
 def test_shortfall_counts_what_the_cache_already_holds():
     gib = cache_mod.GIB
     assert cache_mod.shortfall(10, used=8 * gib, free=2 * gib) == 0
