@@ -20,6 +20,15 @@ _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if str(COLLECTIONS) not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(COLLECTIONS), *_paths])
 
+# Bytecode is cached for the suite even where the shell sets PYTHONDONTWRITEBYTECODE: without the cache every
+# xdist worker rewrites and compiles every test module again (pytest keeps no rewritten module then), and
+# every Python process the tests start (ansible-playbook with the collection's plugins, the CLI, the engine
+# double, the simulators) compiles the checkout's sources it imports again. Popped here, before xdist starts
+# its workers, so they and every subprocess inherit the environment without it. The caches land in
+# __pycache__ directories, which .gitignore and galaxy.yml's build_ignore leave out.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
+
 # Ansible's collection loader, installed before any test imports the collection, as ansible-playbook
 # installs it at start: every `ansible_collections.sparkfleet.cluster...` import then goes through it
 # (with the collection's metadata). Tests that set Ansible up in-process (tests/unit/layer1.py, sparkfleet's
