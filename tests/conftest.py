@@ -4,6 +4,7 @@ files run as subprocesses find their module_utils through PYTHONPATH."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterator
@@ -75,3 +76,11 @@ def _group_suffix(items: list[pytest.Item]) -> None:
         if names and "@" not in item.nodeid[item.nodeid.rfind("]") + 1 :]:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
             assert item.nodeid.endswith("@" + "_".join(names)), item.nodeid
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the process holds once the tests are collected (Ansible, the test modules, their tables) lives
+    until the end: moved out of the cyclic collector's reach, so its collections walk only what the tests
+    make (a full collection walked all of it each time)."""
+    gc.collect()
+    gc.freeze()
