@@ -4,6 +4,7 @@ files run as subprocesses find their module_utils through PYTHONPATH."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,15 @@ if str(COLLECTIONS) not in sys.path:
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if str(COLLECTIONS) not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(COLLECTIONS), *_paths])
+
+# Bytecode is cached for the suite even where the shell sets PYTHONDONTWRITEBYTECODE: without the cache every
+# xdist worker rewrites and compiles every test module again (pytest keeps no rewritten module then), and
+# every Python process the tests start (ansible-playbook with the collection's plugins, the CLI, the engine
+# double, the simulators) compiles the checkout's sources it imports again. Popped here, before xdist starts
+# its workers, so they and every subprocess inherit the environment without it. The caches land in
+# __pycache__ directories, which .gitignore and galaxy.yml's build_ignore leave out.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Ansible's collection loader, installed before any test imports the collection, as ansible-playbook
 # installs it at start: every `ansible_collections.sparkfleet.cluster...` import then goes through it
@@ -66,3 +76,11 @@ def _group_suffix(items: list[pytest.Item]) -> None:
         if names and "@" not in item.nodeid[item.nodeid.rfind("]") + 1 :]:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
             assert item.nodeid.endswith("@" + "_".join(names)), item.nodeid
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the process holds once the tests are collected (Ansible, the test modules, their tables) lives
+    until the end: moved out of the cyclic collector's reach, so its collections walk only what the tests
+    make (a full collection walked all of it each time)."""
+    gc.collect()
+    gc.freeze()

@@ -17,11 +17,17 @@ While layer 1 runs here, a template's compiled code is reused for the same sourc
 and the same base directory (what the compiled code depends on); it still renders with each host's own
 variables, every time. A source that fails to compile is compiled again every time, so its error is Ansible's.
 The real runs compile everything afresh, as ansible-playbook does.
+
+Nor is the cyclic garbage collector run as often: a case makes a few million short-lived objects (Ansible
+wraps every variable lazily at each render), and at the default threshold (a collection every 700 new
+container objects) the collector, which also walks what the worker process keeps alive, took about a sixth
+of a case's CPU time. While layer 1 runs here it collects every 50,000: the same garbage, found later.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,9 +130,20 @@ def _play() -> tuple[DataLoader, Any, list]:
     return _STATE["loaded_play"]
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """The cyclic collector runs every 50,000 new container objects instead of 700, while layer 1 runs."""
+    saved = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
+
+
 def facts(inventory: Path, reuse_compiled: bool = True) -> tuple[dict[str, dict], dict[str, list[str]]]:
     """Every cluster host's facts after layer 1's first play, and the inventory's groups."""
-    with _compiled_once() if reuse_compiled else contextlib.nullcontext():
+    with _fewer_collections(), _compiled_once() if reuse_compiled else contextlib.nullcontext():
         return _facts(inventory)
 
 
