@@ -85,7 +85,11 @@ def test_start_checks_the_bind_before_it_configures_or_stops_anything():
     names = [t.get("name", "") for t in tasks]
     check = next(i for i, n in enumerate(names) if n.startswith("The API can listen where the settings say"))
     assert names.index("Read the engine state") < check < names.index("Configure the engine")
-    assert check < names.index("Stop the cluster in order")
+    assert check < names.index(
+        "Restart the cluster in order (rank 0 stops first, the workers start first, rank 0 last)"
+    )
+    restart = yaml.safe_load((ROOT / "roles/engine_service/tasks/restart.yml").read_text())
+    assert "Stop the cluster in order" in [t.get("name", "") for t in restart]
     probe = yaml.safe_load((ROOT / "roles/engine_service/tasks/probe.yml").read_text())
     node = next(t for t in probe if "sparkfleet.cluster.engine_node" in t)
     assert "engine_service_host" in node["sparkfleet.cluster.engine_node"]["binds"]
