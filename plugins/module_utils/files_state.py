@@ -8,37 +8,31 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Iterable, Mapping
 
 
+def file_state(path: str) -> dict | None:
+    """What is recorded of a path: sha256 of its content (never the content: a private key is hashed like any
+    file), and owner and mode for a real file; owner and mode for a directory; None if missing."""
+    try:
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        if path.startswith(("/proc/", "/sys/")):
+            return {"sha256": digest}
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:  # a directory (~/.ssh: sshd's StrictModes checks its mode): owner and mode
+        st = os.stat(path)
+        return {"directory": True, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
+    except OSError as exc:  # not permitted: recorded as what it is, so a change still shows
+        return {"error": exc.__class__.__name__}
+    return {"sha256": digest, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
+
+
 def observe(paths: Iterable[str]) -> dict[str, dict | None]:
-    """Each path's kind, mode and owner, and a regular file's sha256; None for a path that does not exist."""
-    out: dict[str, dict | None] = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out[path] = None
-            continue
-        entry = {
-            "dir": stat.S_ISDIR(st.st_mode),
-            "mode": f"{st.st_mode & 0o7777:04o}",
-            "uid": st.st_uid,
-            "gid": st.st_gid,
-        }
-        if stat.S_ISREG(st.st_mode):
-            digest = hashlib.sha256()
-            try:
-                with open(path, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        digest.update(block)
-            except OSError:
-                out[path] = None
-                continue
-            entry["sha256"] = digest.hexdigest()
-        out[path] = entry
-    return out
+    """file_state of each path (the phase gates' read of a file: plugins/modules/phase_state.py)."""
+    return {path: file_state(path) for path in paths}
 
 
 def pending(
@@ -56,14 +50,14 @@ def pending(
         path, want_mode = str(entry["path"]), f"{int(str(entry['mode']), 8):04o}"
         have = observed.get(path)
         want_sha = hashlib.sha256(str(entry["content"]).encode("utf-8")).hexdigest()
-        if not have or have.get("dir") or have.get("sha256") != want_sha:
+        if not have or have.get("sha256") != want_sha:
             out.append(f"{path}: content")
         elif have.get("mode") != want_mode or (have.get("uid"), have.get("gid")) != (0, 0):
             out.append(f"{path}: mode or owner")
     for entry in dirs:
         path, want_mode = str(entry["path"]), f"{int(str(entry['mode']), 8):04o}"
         have = observed.get(path)
-        if not have or not have.get("dir"):
+        if not have or not have.get("directory"):
             out.append(f"{path}: missing")
         elif str(entry.get("if_missing", False)).lower() in ("true", "yes", "on", "1"):
             continue

@@ -126,7 +126,8 @@ caches:
   type: dict
   returned: always
 paths:
-  description: "I(paths), each C({dir, mode, uid, gid, sha256}) (sha256: files only); None: missing"
+  description: "I(paths), each as phase_state records a path (sha256, mode, uid, gid; a directory: directory,
+    mode, uid, gid); None: missing"
   type: dict
   returned: always
 gpu_runtime: {description: an NVIDIA container runtime is installed, type: bool, returned: always}

@@ -125,7 +125,6 @@ data:
 
 import contextlib
 import glob
-import hashlib
 import json
 import os
 import stat
@@ -133,27 +132,9 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state import file_state
 
 VERSION = 1  # the record's format: a record of another format is not clean
-
-
-def file_state(path: str) -> dict | None:
-    """What is recorded of a path: sha256 of its content (never the content: a private key is hashed like any
-    file), and owner and mode for a real file; owner and mode for a directory; None if missing."""
-    try:
-        with open(path, "rb") as fh:
-            digest = hashlib.sha256(fh.read()).hexdigest()
-        if path.startswith(("/proc/", "/sys/")):
-            return {"sha256": digest}
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:  # a directory (~/.ssh: sshd's StrictModes checks its mode): owner and mode
-        st = os.stat(path)
-        return {"directory": True, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
-    except OSError as exc:  # not permitted: recorded as what it is, so a change still shows
-        return {"error": exc.__class__.__name__}
-    return {"sha256": digest, "mode": f"{st.st_mode & 0o7777:04o}", "uid": st.st_uid, "gid": st.st_gid}
 
 
 WILDCARD = ("*", "?", "[")

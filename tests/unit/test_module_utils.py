@@ -223,7 +223,7 @@ def test_engine_node_reports_the_paths_engine_service_writes_and_the_filter_judg
     eng = run_module(MODULES / "engine_node.py", False, name="x", docker="no-docker-here",
                      paths=[str(helper), str(cache), str(tmp_path / "missing")])  # fmt: skip
     assert eng["paths"][str(tmp_path / "missing")] is None
-    assert eng["paths"][str(cache)]["dir"] and eng["paths"][str(cache)]["mode"] == "0755"
+    assert eng["paths"][str(cache)]["directory"] and eng["paths"][str(cache)]["mode"] == "0755"
     files = [{"path": str(helper), "content": "#!/bin/sh\n", "mode": "0755"}]
     dirs = [{"path": str(cache), "mode": "0755"}]
     unit = {"name": "x.service", "enabled": "enabled", "need_reload": False}
