@@ -89,7 +89,7 @@ def canonical(value: Any) -> str:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "state", "inputs", "files", "stat_paths", "units", "data"))
+    _VALID_ARGS = frozenset(("path", "state", "inputs", "files", "stat_paths", "units", "data", "passwd_of"))
 
     def _role(self) -> tuple[str, Path]:
         role = getattr(self._task, "_role", None)
@@ -131,6 +131,8 @@ class ActionModule(ActionBase):
         module_args = {"path": args["path"], "state": state}
         if state != "absent":
             module_args["digest"] = self.digest(task_vars)
+        if state == "read" and args.get("passwd_of"):
+            module_args["passwd_of"] = args["passwd_of"]
         if state == "record":
             module_args["files"] = list(args.get("files") or [])
             module_args["stat_paths"] = list(args.get("stat_paths") or [])

@@ -72,6 +72,12 @@ options:
     type: path
     default: systemctl
     description: The systemctl to ask (tests).
+  passwd_of:
+    type: str
+    description: >-
+      (read) A user whose passwd entry to return in the same round trip, as the fact C(getent_passwd) that
+      C(ansible.builtin.getent) (database passwd, fail_key false) sets: C({user: [password, uid, gid, gecos,
+      home, shell]}), C({user: null}) when the user does not exist.
   inputs:
     type: dict
     default: {}
@@ -121,12 +127,17 @@ data:
   description: (read) The O(data) recorded with the apply, while the phase is clean; else empty.
   type: dict
   returned: always
+ansible_facts:
+  description: (read, with O(passwd_of)) C(getent_passwd), as ansible.builtin.getent sets it.
+  type: dict
+  returned: when O(passwd_of) is set
 """
 
 import contextlib
 import glob
 import json
 import os
+import pwd
 import stat
 import subprocess
 
@@ -272,6 +283,15 @@ def drift(record: dict | None, digest: str, systemctl: str) -> list[str]:
     return reasons
 
 
+def passwd_entry(user: str) -> list[str] | None:
+    """The user's passwd fields after the name, as strings (getent's getent_passwd value), or None."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return [pw.pw_passwd, str(pw.pw_uid), str(pw.pw_gid), pw.pw_gecos, pw.pw_dir, pw.pw_shell]
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -283,6 +303,7 @@ def main() -> None:
             "units": {"type": "list", "elements": "str", "default": []},
             "data": {"type": "dict", "default": {}},
             "systemctl": {"type": "path", "default": "systemctl"},
+            "passwd_of": {"type": "str"},
             "inputs": {"type": "dict", "default": {}},  # hashed by the action plugin, never sent here
         },
         required_if=[("state", "read", ["digest"]), ("state", "record", ["digest"])],
@@ -303,7 +324,10 @@ def main() -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         data = {} if reasons or recorded is None else recorded.get("data") or {}
-        module.exit_json(changed=False, clean=not reasons, drift=reasons, data=data)
+        extra = {}
+        if p["passwd_of"]:
+            extra["ansible_facts"] = {"getent_passwd": {p["passwd_of"]: passwd_entry(p["passwd_of"])}}
+        module.exit_json(changed=False, clean=not reasons, drift=reasons, data=data, **extra)
     record = {
         "version": VERSION,
         "digest": p["digest"],

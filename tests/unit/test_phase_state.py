@@ -76,6 +76,19 @@ def read(node: dict, digest: str = "d1", check_mode: bool = False, real: bool = 
     return run(node, {"state": "read", "digest": digest}, check_mode, real)
 
 
+@pytest.mark.parametrize("user", ["root", "nobody", "no-such-user-here"])
+def test_passwd_of_is_the_getent_fact_in_the_same_round_trip(node: dict, user: str) -> None:
+    """ssh_trust reads its user's home with the record (no getent round trip): the same fact, value for value,
+    as ansible.builtin.getent (database passwd, fail_key false) run here, a missing user included."""
+    ours = run(node, {"state": "read", "digest": "d1", "passwd_of": user})
+    getent = module_runner.in_process(
+        "getent", {"database": "passwd", "key": user, "fail_key": False}, package="ansible.modules"
+    )
+    assert ours["ansible_facts"] == getent["ansible_facts"]
+    assert (ours["ansible_facts"]["getent_passwd"][user] is None) == (user == "no-such-user-here")
+    assert "ansible_facts" not in read(node)  # only when asked
+
+
 def test_no_record_is_not_clean(node: dict) -> None:
     out = read(node)
     assert out["clean"] is False
@@ -382,6 +395,24 @@ def test_ssh_trust_gates_its_writes_and_always_runs_its_checks() -> None:
     records = [g for g in gate if g.get("state") == "record"]
     assert len(reads) == len(records) == 1 and reads[0]["inputs"] == records[0]["inputs"]
     assert "__ssh_trust_key" in records[0]["files"] and "authorized_keys" in records[0]["files"]
+
+
+def test_every_option_a_role_gives_the_gate_passes_its_action_plugin() -> None:
+    """The action plugin refuses options it does not know before the module runs: each phase_state task of every
+    role uses only the options it passes on (a new module option must be added there too)."""
+
+    def tasks(items: list) -> list:
+        for t in items or []:
+            yield t
+            for key in ("block", "rescue", "always"):
+                yield from tasks(t.get(key))
+
+    used = set()
+    for path in ROOT.glob("roles/*/tasks/*.yml"):
+        for task in tasks(yaml.safe_load(path.read_text())):
+            used |= set(task.get("sparkfleet.cluster.phase_state") or {})
+    assert {"path", "state", "inputs", "files", "passwd_of"} <= used
+    assert used <= action.ActionModule._VALID_ARGS
 
 
 WEIGHTS = ROOT / "roles/model_weights"
