@@ -398,8 +398,8 @@ def test_ssh_trust_gates_its_writes_and_always_runs_its_checks() -> None:
 
 
 def test_every_option_a_role_gives_the_gate_passes_its_action_plugin() -> None:
-    """The action plugin refuses options it does not know before the module runs: each phase_state task of every
-    role uses only the options it passes on (a new module option must be added there too)."""
+    """The action plugin refuses options it does not know before the module runs: each phase_state task of
+    every role uses only the options it passes on (a new module option must be added there too)."""
 
     def tasks(items: list) -> list:
         for t in items or []:
