@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 def file_state(path: str) -> dict | None:
@@ -33,6 +33,30 @@ def file_state(path: str) -> dict | None:
 def observe(paths: Iterable[str]) -> dict[str, dict | None]:
     """file_state of each path (the phase gates' read of a file: plugins/modules/phase_state.py)."""
     return {path: file_state(path) for path in paths}
+
+
+def unit_files(run: Callable[[list[str]], tuple], systemctl: str | None, names: Iterable[str]) -> dict:
+    """What `pending` needs of each unit (the key `other_units` of a read): its UnitFileState (`enabled`) and
+    NeedDaemonReload, by `systemctl show` through `run` (AnsibleModule.run_command). A unit systemctl cannot
+    show is None, which `pending` counts as needing the files module."""
+    out: dict[str, dict | None] = {}
+    for name in names:
+        rc, show, _ = (
+            run([systemctl, "show", name, "--property=UnitFileState,NeedDaemonReload"])
+            if systemctl
+            else (1, "", "")
+        )
+        props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line) if rc == 0 else None
+        out[name] = (
+            None
+            if props is None
+            else {
+                "name": name,
+                "enabled": props.get("UnitFileState", ""),
+                "need_reload": props.get("NeedDaemonReload", "no") == "yes",
+            }
+        )
+    return out
 
 
 def pending(

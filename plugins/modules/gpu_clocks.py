@@ -86,6 +86,24 @@ options:
     description: An SM clock under this value while the GPU is busy means a latched GPU.
     type: int
     default: 1000
+  observe:
+    description: >-
+      (state=present) Paths and units to read in the same round trip (nothing is changed): each path's sha256,
+      mode and owner, each unit's UnitFileState and NeedDaemonReload, returned as C(observed) for the filter
+      C(sparkfleet.cluster.files_pending), so the role's files task (the boot-time clock unit) runs only when
+      something differs.
+    type: dict
+    suboptions:
+      paths:
+        description: Files (and directories) to read.
+        type: list
+        elements: path
+        default: []
+      units:
+        description: systemd units to read.
+        type: list
+        elements: str
+        default: []
 author: sparkfleet developers
 """
 
@@ -141,6 +159,12 @@ report:
   description: Human lines for C(sparkfleet clocks show).
   type: list
   returned: always
+observed:
+  description: >-
+    With O(observe): C(paths) (path to its sha256, mode, uid and gid, or null when missing) and C(other_units)
+    (unit name to its C(enabled) state and C(need_reload), or null when systemctl cannot show it).
+  type: dict
+  returned: when O(observe) is set and O(state=present)
 """
 
 EXAMPLES = r"""
@@ -174,6 +198,7 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state imp
     verify_text,
 )
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state import observe, unit_files
 
 QUERY_FIELDS = (
     "index",
@@ -577,6 +602,13 @@ def main() -> None:
             "verify_interval_ms": {"type": "int", "default": 200},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "latched_below_mhz": {"type": "int", "default": 1000},
+            "observe": {
+                "type": "dict",
+                "options": {
+                    "paths": {"type": "list", "elements": "path", "default": []},
+                    "units": {"type": "list", "elements": "str", "default": []},
+                },
+            },
         },
         required_if=[("state", "present", ["cap_mhz"])],
         supports_check_mode=True,
@@ -626,6 +658,13 @@ def main() -> None:
     result["verify"] = verify
     shown = verify if verify and verify["cap"] == cap and verify["min"] == low else None
     warn_all(module, gpus, latched_below, shown)
+    if p["observe"]:
+        result["observed"] = {
+            "paths": observe(p["observe"]["paths"]),
+            "other_units": unit_files(
+                module.run_command, module.get_bin_path("systemctl"), p["observe"]["units"]
+            ),
+        }
     module.exit_json(
         cap_mhz=cap,
         gpus=gpus,

@@ -121,6 +121,43 @@ def test_set_under_load_then_a_second_run_reports_no_change(node):
     assert second["commands"] == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="files_pending wants root-owned files, as the role writes them")
+def test_the_cap_reads_the_boot_files_so_the_files_task_runs_only_on_a_difference(node):
+    """gpu_clocks' files task (the boot-time script and unit) is skipped when the cap's own read (observe)
+    finds them as the files module would leave them; an edited file, a disabled unit or a unit systemd must
+    reload each make it run."""
+    from ansible_collections.sparkfleet.cluster.plugins.filter.engine import files_pending
+
+    script, unit = node.root / "sparkfleet-clocks", node.root / "sparkfleet-clocks.service"
+    files = [{"path": str(script), "content": "#!/bin/sh\n", "mode": "0755"},
+             {"path": str(unit), "content": "[Unit]\n", "mode": "0644"}]  # fmt: skip
+    for f in files:
+        Path(f["path"]).write_text(f["content"])
+        Path(f["path"]).chmod(int(f["mode"], 8))
+    state = node.root / "unit-state"
+    state.write_text("UnitFileState=enabled\nNeedDaemonReload=no\n")
+    (node.bin / "systemctl").write_text(f'#!/bin/sh\n[ "$1" = show ] && cat {shlex.quote(str(state))}\n')
+    (node.bin / "systemctl").chmod(0o755)
+    node.env["PATH"] = f"{node.bin}{os.pathsep}{node.env['PATH']}"
+    observe = {"paths": [str(script), str(unit)], "units": ["sparkfleet-clocks.service"]}
+
+    def pending() -> list:
+        out = node.gpu(2300, observe=observe)
+        assert not out.get("failed"), out
+        return files_pending(out["observed"], files=files, enable=["sparkfleet-clocks.service"])
+
+    assert pending() == []
+    script.write_text("#!/bin/sh\n# edited\n")
+    assert pending() == [f"{script}: content"]
+    script.write_text(files[0]["content"])
+    unit.chmod(0o600)
+    assert pending() == [f"{unit}: mode or owner"]
+    unit.chmod(0o644)
+    state.write_text("UnitFileState=disabled\nNeedDaemonReload=yes\n")
+    assert pending() == ["sparkfleet-clocks.service: systemd reload", "sparkfleet-clocks.service: enable"]
+    assert "observed" not in node.gpu(2300)  # only when asked
+
+
 def test_a_cap_set_while_idle_is_not_claimed_as_held(node):
     first = node.gpu(2300)
     assert first["changed"] is True and node.sm() == IDLE
