@@ -86,6 +86,24 @@ options:
     description: An SM clock under this value while the GPU is busy means a latched GPU.
     type: int
     default: 1000
+  cpu:
+    description: >-
+      The CPU cap in the same round trip (what C(sparkfleet.cluster.cpu_clocks) does with these options),
+      returned as C(cpu); the task is changed when either cap changed.
+    type: dict
+    suboptions:
+      cap_mhz:
+        description: CPU clock cap in MHz; 0 = stock.
+        type: int
+        required: true
+      cpufreq_root:
+        description: The cpufreq sysfs directory.
+        type: path
+        default: /sys/devices/system/cpu/cpufreq
+      state_file:
+        description: What sparkfleet configured.
+        type: path
+        default: /var/lib/sparkfleet/clocks/cpu.conf
   observe:
     description: >-
       (state=present) Paths and units to read in the same round trip (nothing is changed): each path's sha256,
@@ -159,6 +177,12 @@ report:
   description: Human lines for C(sparkfleet clocks show).
   type: list
   returned: always
+cpu:
+  description: >-
+    With O(cpu), the result C(sparkfleet.cluster.cpu_clocks) returns (cap_mhz, policies, skipped_reason,
+    report, ...).
+  type: dict
+  returned: when O(cpu) is set and O(state=present)
 observed:
   description: >-
     With O(observe): C(paths) (path to its sha256, mode, uid and gid, or null when missing) and C(other_units)
@@ -197,6 +221,8 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state imp
     verdict,
     verify_text,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import CpuClockError
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import run as cpu_run
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state import observe, unit_files
 
@@ -602,6 +628,14 @@ def main() -> None:
             "verify_interval_ms": {"type": "int", "default": 200},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "latched_below_mhz": {"type": "int", "default": 1000},
+            "cpu": {
+                "type": "dict",
+                "options": {
+                    "cap_mhz": {"type": "int", "required": True},
+                    "cpufreq_root": {"type": "path", "default": "/sys/devices/system/cpu/cpufreq"},
+                    "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/cpu.conf"},
+                },
+            },
             "observe": {
                 "type": "dict",
                 "options": {
@@ -658,6 +692,15 @@ def main() -> None:
     result["verify"] = verify
     shown = verify if verify and verify["cap"] == cap and verify["min"] == low else None
     warn_all(module, gpus, latched_below, shown)
+    if p["cpu"]:
+        c = p["cpu"]
+        try:
+            cpu = cpu_run(c["cap_mhz"], "present", c["cpufreq_root"], c["state_file"], module.check_mode)
+        except CpuClockError as err:
+            module.fail_json(msg=str(err), **result)
+        result["diff"] = [result["diff"], cpu.pop("diff")]
+        result["changed"] = result["changed"] or cpu["changed"]
+        result["cpu"] = cpu
     if p["observe"]:
         result["observed"] = {
             "paths": observe(p["observe"]["paths"]),

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as AnsibleFilters
 from ansible.plugins.test.core import TestModule as AnsibleTests
-from ansible_collections.sparkfleet.cluster.plugins.modules import cpu_clocks as cpu_mod
+from ansible_collections.sparkfleet.cluster.plugins.module_utils import cpu_freq as cpu_mod
 from ansible_collections.sparkfleet.cluster.plugins.modules import gpu_clocks as gpu_mod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -458,6 +458,28 @@ def test_cpu_cap_limits_only_the_faster_cores_and_is_idempotent(node, tmp_path):
     shown = cpu(node, cpufreq, state="query")
     assert shown["report"][0] == "CPU cap: 0 = stock"
     assert "CPU policy0 (cpus 0-9): max 3900 MHz of 3900 MHz" in shown["report"]
+
+
+def test_the_gpu_task_caps_the_cpu_in_the_same_round_trip_as_cpu_clocks_does(node, tmp_path):
+    """gpu_clocks' `cpu` option (the role's one round trip for both caps) gives what cpu_clocks gives for the
+    same node and cap, and the task is changed when only the CPU cap changed; a bad CPU cap fails the task."""
+    node.switch("load")
+    node.gpu(2300)  # the GPU cap in place: from here only the CPU cap changes
+    alone, both = make_cpufreq(tmp_path / "alone"), make_cpufreq(tmp_path / "both")
+    cpu_state = {"state_file": str(node.state_dir / "cpu-both.conf")}
+    for cap in (3600, 3600, 0):
+        want = cpu(node, alone, cap)
+        got = node.gpu(2300, cpu={"cap_mhz": cap, "cpufreq_root": str(both), **cpu_state})
+        assert got["changed"] is want["changed"], (cap, got)
+        mine = {k: v for k, v in got["cpu"].items() if k != "policies"}
+        theirs = {k: v for k, v in want.items() if k not in ("policies", "diff", "invocation")}
+        assert mine == {**theirs, "report": [r.replace(str(alone), str(both)) for r in theirs["report"]]}
+        assert got["diff"][1]["after"] == want["diff"]["after"]
+        assert (both / "policy0/scaling_max_freq").read_text() == (
+            alone / "policy0/scaling_max_freq"
+        ).read_text()
+    bad = node.gpu(2300, cpu={"cap_mhz": 100, "cpufreq_root": str(both), **cpu_state})
+    assert bad["failed"] is True and "under the CPUs' minimum clock" in bad["msg"]
 
 
 def test_cpu_without_cpufreq_is_skipped_with_a_reason(node, tmp_path):
