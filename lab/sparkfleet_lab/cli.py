@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "--arch",
                 choices=["amd64", "arm64"],
                 help="with --vm: arm64 makes one arm64 node (qemu-system-aarch64, UEFI) to prove the 64k "
-                'profile\'s page-size switch with Debian\'s 16K-page kernel (README "The 64K kernel"); '
+                "profile's page-size switch with Debian's 16K-page kernel (README \"The 64K kernel\"); "
                 "default amd64",
             )
         if cmd == "status":

@@ -32,9 +32,9 @@ BUILDER_VERSION = "2"  # bump when the build procedure below changes (it is part
 DISK_GIB = 4
 PART_START = 2048  # sectors: the first partition at 1 MiB, GRUB's core image in the gap before it
 ARCHES = ("amd64", "arm64")
-# arm64 (`--arch arm64`, one node: README "The 64K kernel"): UEFI (AAVMF), GPT with an EFI system partition of
-# ESP_MIB and the root file system after it, GRUB arm64-efi at the removable path; the stock 4K-page kernel boots,
-# the 16K-page flavour (Debian has no 64K one) waits in a local apt repository of the image (ARM64_REPO).
+# arm64 (`--arch arm64`, one node: README "The 64K kernel"): UEFI (AAVMF), GPT with an EFI system partition
+# of ESP_MIB and the root file system after it, GRUB arm64-efi at the removable path; the stock 4K-page kernel
+# boots, the 16K-page flavour (Debian has no 64K one) waits in the image's local apt repository (ARM64_REPO).
 ESP_MIB = 64
 ARM64_REPO = "/opt/sparkfleet-lab/apt"
 ARM64_16K_META = "linux-image-arm64-16k"
@@ -133,7 +133,9 @@ def ensure_image(say=container_image._log, arch: str = "amd64") -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     container_image.WORK_ROOT.mkdir(parents=True, exist_ok=True)
     if arch == "arm64" and not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
-        raise RuntimeError("arm64 binaries do not run here (no qemu-aarch64 in binfmt_misc): run scripts/ensure-vm-host.sh")
+        raise RuntimeError(
+            "arm64 binaries do not run here (no qemu-aarch64 in binfmt_misc): run scripts/ensure-vm-host.sh"
+        )
     rootfs = _ensure_rootfs(say, arch)
     if arch == "arm64":
         return _assemble_arm64(rootfs, out, say)
@@ -186,8 +188,15 @@ def _ensure_rootfs(say, arch: str = "amd64") -> Path:
     say(f"debootstrap {SUITE} ({arch}) with {len(packages(arch))} packages for the VM disk; log {log}")
     foreign = [] if arch == "amd64" else [f"--arch={arch}"]
     container_image._run_logged(
-        ["debootstrap", *foreign, "--variant=minbase", f"--include={','.join(packages(arch))}", SUITE, str(rootfs),
-         MIRROR],
+        [
+            "debootstrap",
+            *foreign,
+            "--variant=minbase",
+            f"--include={','.join(packages(arch))}",
+            SUITE,
+            str(rootfs),
+            MIRROR,
+        ],
         log,
         f"debootstrap (VM, {arch})",
     )
@@ -201,8 +210,8 @@ def _ensure_rootfs(say, arch: str = "amd64") -> Path:
 
 
 def _fetch_16k_kernel(rootfs: Path, say) -> None:
-    """The 16K-page kernel's .deb (the version linux-image-arm64-16k depends on now) into the image's local apt
-    repository, with its Packages index: the guest installs it offline, at that exact version."""
+    """The 16K-page kernel's .deb (the version linux-image-arm64-16k depends on now) into the image's local
+    apt repository, with its Packages index: the guest installs it offline, at that exact version."""
     depends = _chroot(rootfs, "apt-cache", "depends", "--no-recommends", ARM64_16K_META).stdout
     names = [ln.split(":", 1)[1].strip() for ln in depends.splitlines() if ln.strip().startswith("Depends:")]
     image = [n for n in names if n.startswith("linux-image-") and n.endswith("-arm64-16k")]
@@ -221,8 +230,8 @@ def _run_local_index(repo: Path) -> None:
 
 
 def _assemble_arm64(rootfs: Path, out: Path, say) -> Path:
-    """The arm64 disk: GPT, an EFI system partition (GRUB arm64-efi at the removable path EFI/BOOT/BOOTAA64.EFI,
-    so the firmware boots it without an NVRAM entry) and the root file system; then the arm64 specifics of
+    """The arm64 disk: GPT, an EFI system partition (GRUB arm64-efi at the removable path
+    EFI/BOOT/BOOTAA64.EFI, so the firmware boots it without an NVRAM entry) and the root file system; then
     _arm64_specifics. Recorded beside the disk (<disk>.json): the stock and 16K kernels' releases and the 16K
     package's name and version, which the lab writes into the node's inventory."""
     esp_start = PART_START
@@ -233,9 +242,10 @@ def _assemble_arm64(rootfs: Path, out: Path, say) -> Path:
         root.mkdir()
         with ExitStack() as stack:
             _run(["truncate", "-s", f"{DISK_GIB}G", str(raw)])
+            esp_type = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
             table = (
                 "label: gpt\n"
-                f"start={esp_start},size={ESP_MIB * 2048},type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B,name=esp\n"
+                f"start={esp_start},size={ESP_MIB * 2048},type={esp_type},name=esp\n"
                 f"start={root_start},type=B921B045-1DF0-41C3-AF44-4C6F280D3FAE,name=root\n"
             )
             _run(["sfdisk", "-q", str(raw)], input=table)
@@ -244,7 +254,9 @@ def _assemble_arm64(rootfs: Path, out: Path, say) -> Path:
                 cmd = ["losetup", "--find", "--show", "--offset", str(start * 512)]
                 cmd += ["--sizelimit", str(size)] if size else []
                 loops[name] = _run([*cmd, str(raw)]).stdout.strip()
-                stack.callback(subprocess.run, ["losetup", "-d", loops[name]], check=False, capture_output=True)
+                stack.callback(
+                    subprocess.run, ["losetup", "-d", loops[name]], check=False, capture_output=True
+                )
             _run(["mkfs.vfat", "-F", "32", "-n", "ESP", loops["esp"]])
             _run(["mkfs.ext4", "-q", "-L", "sparkfleet-root", loops["root"]])
             uuid = _run(["blkid", "-s", "UUID", "-o", "value", loops["root"]]).stdout.strip()
@@ -277,18 +289,20 @@ def _arm64_specifics(root: Path, esp_uuid: str) -> dict:
     indexed now, so the guest installs from it offline); initramfs-tools' MODULES=dep (an initramfs for the
     running machine's drivers: the guest builds the 16K kernel's under TCG, where MODULES=most takes minutes);
     the NVIDIA modules' stand-in (sim/kernels.py) for the 16K kernel too, so reboot.yml's next-kernel check
-    passes as it would on a Spark with the module package installed (a stand-in: no GPU driver exists here)."""
+    passes as on a Spark with the module package installed (a stand-in: no GPU driver exists here)."""
     with (root / "etc/fstab").open("a") as fh:
         fh.write(f"UUID={esp_uuid} /boot/efi vfat umask=0077,nofail 0 0\n")
     for src in (root / "etc/apt").glob("sources.list.d/*"):
         src.unlink()
     (root / "etc/apt/sources.list").write_text(
-        "# sparkfleet VM lab: the image's local repository only (the guest reaches no network but the lab's)\n"
+        "# sparkfleet VM lab: the image's local repository only (the guest reaches no network)\n"
         f"deb [trusted=yes] file:{ARM64_REPO} ./\n"
     )
     _chroot(root, "apt-get", "update", "-q")
     conf = root / "etc/initramfs-tools/conf.d/sparkfleet-lab.conf"
-    conf.write_text("# sparkfleet VM lab: the guest's own drivers only (see lab/sparkfleet_lab/vm/image.py)\nMODULES=dep\n")
+    conf.write_text(
+        "# sparkfleet VM lab: the guest's own drivers only (lab/sparkfleet_lab/vm/image.py)\nMODULES=dep\n"
+    )
     stock = _generic_kernel(root, "arm64")
     repo = root / ARM64_REPO.lstrip("/")
     debs = sorted(repo.glob("linux-image-*-arm64-16k_*.deb"))
@@ -317,7 +331,8 @@ def _install_grub_efi(root: Path, uuid: str) -> None:
     shutil.copytree(root / "usr/lib/grub/arm64-efi", root / "boot/grub/arm64-efi", dirs_exist_ok=True)
     early = root / "boot/grub/sparkfleet-early.cfg"
     early.write_text(
-        f"search --no-floppy --fs-uuid --set=root {uuid}\nset prefix=($root)/boot/grub\nconfigfile $prefix/grub.cfg\n"
+        f"search --no-floppy --fs-uuid --set=root {uuid}\n"
+        "set prefix=($root)/boot/grub\nconfigfile $prefix/grub.cfg\n"
     )
     (root / "boot/efi/EFI/BOOT").mkdir(parents=True, exist_ok=True)
     _chroot(
@@ -353,7 +368,9 @@ def _bootstrap_grub_cfg(root: Path, uuid: str, arch: str = "amd64") -> None:
     defaults = grub_defaults(arch)
     args = f"{defaults['GRUB_CMDLINE_LINUX']} {defaults['GRUB_CMDLINE_LINUX_DEFAULT']}".strip()
     terminal = (
-        "serial --unit=0 --speed=115200\nterminal_input serial\nterminal_output serial\n" if arch == "amd64" else ""
+        "serial --unit=0 --speed=115200\nterminal_input serial\nterminal_output serial\n"
+        if arch == "amd64"
+        else ""
     )
     part = "part_msdos" if arch == "amd64" else "part_gpt"
     (root / "boot/grub/grub.cfg").write_text(

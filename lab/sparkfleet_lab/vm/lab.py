@@ -11,10 +11,11 @@ every rail a soft-RoCE device (rdma_rxe) named as the ConnectX-7 HCA (vm/overlay
 guest resets inside the same qemu process.
 `down()` stops the lab's qemus (by their pid files) and removes the state directory: nothing else was made.
 
-`VmLab(name, arch="arm64")` is the one-node arm64 lab (README "The 64K kernel"): spark1 alone, no rails, under
-qemu-system-aarch64 (virt, TCG, `-cpu max`: every page size) with UEFI firmware (AAVMF; a copy of its variable
-store per node), on the arm64 disk of vm/image.py; its inventory takes the TP2 example's group_vars (copied: the
-TP2 inventory's hosts.yml names a second node) and sets the 64k profile to the image's 16K-page Debian kernel.
+`VmLab(name, arch="arm64")` is the one-node arm64 lab (README "The 64K kernel"): spark1 alone, no rails,
+under qemu-system-aarch64 (virt, TCG, `-cpu max`: every page size) with UEFI firmware (AAVMF; a copy of its
+variable store per node), on the arm64 disk of vm/image.py; its inventory takes the TP2 example's group_vars
+(copied: the TP2 inventory's hosts.yml names a second node) and aims the 64k profile at the image's 16K-page
+Debian kernel.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ class VmLab(LabPaths):
         self.project_dir = (project_dir or default_project_dir()).resolve()
         if arch not in (None, *image.ARCHES):
             raise LabError(f"--arch {arch!r}: expected one of {', '.join(image.ARCHES)}")
-        default_name = "vm-arm64" if arch == "arm64" else (f"vm-{topology_name}" if topology_name else "vm-tp2")
+        default_name = (
+            "vm-arm64" if arch == "arm64" else (f"vm-{topology_name}" if topology_name else "vm-tp2")
+        )
         self.name = name or default_name
         if not NAME_RE.match(self.name):
             raise LabError(f"lab name {self.name!r}: use 1-24 lowercase letters, digits, '-' or '_'")
@@ -117,7 +120,7 @@ class VmLab(LabPaths):
 
     @property
     def inventories(self) -> list[Path]:
-        # arm64: the lab's inventory alone (it carries the TP2 example's group_vars; its hosts.yml names spark2)
+        # arm64: the lab's inventory alone (it has the TP2 example's group_vars; its hosts.yml names spark2)
         return [self.inventory_dir] if self.arch == "arm64" else super().inventories
 
     def node_dir(self, host: str) -> Path:
@@ -453,7 +456,9 @@ class VmLab(LabPaths):
             old.unlink()
         if self.arch == "arm64":
             # the TP2 example's group_vars under the lab's (its hosts.yml names a second node: not used)
-            for src in sorted((self.project_dir / "inventory" / self.topology / "group_vars" / "all").glob("*.yml")):
+            for src in sorted(
+                (self.project_dir / "inventory" / self.topology / "group_vars" / "all").glob("*.yml")
+            ):
                 shutil.copyfile(src, gv / f"00-base-{src.name}")
         for src in sorted((Path(__file__).resolve().parent / "group_vars").glob("*.yml")):
             shutil.copyfile(src, gv / f"10-{src.name}")
@@ -465,7 +470,9 @@ class VmLab(LabPaths):
         info = image.image_info(self.arch)
         k = info.get("kernel_16k")
         if not k:
-            raise LabError(f"the arm64 image {image.image_path(self.arch)} has no record of its 16K kernel (.json)")
+            raise LabError(
+                f"the arm64 image {image.image_path(self.arch)} has no record of its 16K kernel (.json)"
+            )
         lab_vars = {
             "host_tuning_kernel_profile": "64k",
             "host_tuning_kernel_64k_version": k["release"].removesuffix("-arm64-16k"),
@@ -475,7 +482,7 @@ class VmLab(LabPaths):
             "host_tuning_kernel_64k_page_size": ARM64_PAGE_SIZE,
         }
         comment = (
-            "# The arm64 node: the 64k profile with Debian's 16K-page kernel from the image's local apt repository\n"
+            "# The arm64 node: the 64k profile, Debian's 16K-page kernel from the image's apt repository\n"
             "# (no 64K flavour in Debian, no NVIDIA modules for it: their stand-in is in the image).\n"
         )
         return comment + yaml.safe_dump(lab_vars, sort_keys=False, width=1000)
