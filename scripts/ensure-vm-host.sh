@@ -2,7 +2,7 @@
 # Make this machine able to run the VM lab (`sparkfleet lab up --vm`): qemu (TCG: no KVM needed), qemu-img,
 # the partitioning and loop-device tools the offline disk build uses, debootstrap and an SSH client.
 # --arm64 (`make test-vm-arm64`, `sparkfleet lab up --vm --arch arm64`): also qemu-system-aarch64, its UEFI
-# firmware (AAVMF), mkfs.vfat, dpkg-scanpackages, and qemu-user-static registered in binfmt_misc (mounted if it
+# firmware (AAVMF), mkfs.vfat and mtools (the ESP is written without mounting it), dpkg-scanpackages, and qemu-user-static registered in binfmt_misc (mounted if it
 # is not: a container-like host may not mount it) with the F flag, so the arm64 disk's debootstrap runs its
 # second stage and chroot steps on this host.
 # Idempotent; installs only what is missing. Needs root (or sudo) for the first run.
@@ -25,6 +25,7 @@ if $arm64; then
   command -v qemu-system-aarch64 >/dev/null 2>&1 || need+=(qemu-system-arm)
   [ -e /usr/share/AAVMF/AAVMF_CODE.fd ] || need+=(qemu-efi-aarch64)
   command -v mkfs.vfat >/dev/null 2>&1 || need+=(dosfstools)
+  command -v mcopy >/dev/null 2>&1 || need+=(mtools)
   command -v dpkg-scanpackages >/dev/null 2>&1 || need+=(dpkg-dev)
   command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
   command -v update-binfmts >/dev/null 2>&1 || need+=(binfmt-support)

@@ -88,7 +88,7 @@ def image_tag(arch: str = "amd64") -> str:
     return h.hexdigest()[:12]
 
 
-ARM64_BUILDER_VERSION = "1"  # bump when the arm64 steps below change
+ARM64_BUILDER_VERSION = "2"  # bump when the arm64 steps below change
 
 
 def cache_dir() -> Path:
@@ -124,7 +124,7 @@ def ensure_image(say=container_image._log, arch: str = "amd64") -> Path:
         return out
     tools = ["debootstrap", "qemu-img", "sfdisk", "losetup", "mkfs.ext4"]
     if arch == "arm64":
-        tools += ["mkfs.vfat", "dpkg-scanpackages"]
+        tools += ["mkfs.vfat", "mcopy", "dpkg-scanpackages"]
     for tool in tools:
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} is missing: run scripts/ensure-vm-host.sh")
@@ -249,10 +249,12 @@ def _assemble_arm64(rootfs: Path, out: Path, say) -> Path:
                 f"start={root_start},type=B921B045-1DF0-41C3-AF44-4C6F280D3FAE,name=root\n"
             )
             _run(["sfdisk", "-q", str(raw)], input=table)
+            # each partition as a loop device of its own extent (the root's ends before GPT's backup header)
+            parts = json.loads(_run(["sfdisk", "--json", str(raw)]).stdout)["partitiontable"]["partitions"]
             loops = {}
-            for name, start, size in (("esp", esp_start, ESP_MIB * 1024 * 1024), ("root", root_start, None)):
-                cmd = ["losetup", "--find", "--show", "--offset", str(start * 512)]
-                cmd += ["--sizelimit", str(size)] if size else []
+            for name, part in zip(("esp", "root"), parts, strict=True):
+                cmd = ["losetup", "--find", "--show", "--offset", str(part["start"] * 512)]
+                cmd += ["--sizelimit", str(part["size"] * 512)]
                 loops[name] = _run([*cmd, str(raw)]).stdout.strip()
                 stack.callback(
                     subprocess.run, ["losetup", "-d", loops[name]], check=False, capture_output=True
@@ -266,14 +268,13 @@ def _assemble_arm64(rootfs: Path, out: Path, say) -> Path:
             say("copying the guest's root file system onto the disk")
             _run(["cp", "-a", f"{rootfs}/.", str(root)])
             (root / "boot/efi").mkdir(parents=True, exist_ok=True)
-            _run(["mount", loops["esp"], str(root / "boot/efi")])
             for sub in ("dev", "proc", "sys"):
                 _run(["mount", "--rbind", f"/{sub}", str(root / sub)])
                 _run(["mount", "--make-rslave", str(root / sub)])
             _configure(root, uuid, "arm64")
             info = _arm64_specifics(root, esp_uuid)
             say("GRUB (arm64-efi, removable path) on the EFI system partition")
-            _install_grub_efi(root, uuid)
+            _install_grub_efi(root, uuid, loops["esp"])
             _bootstrap_grub_cfg(root, uuid, "arm64")
             _run(["umount", "-R", str(root)])
         tmp_out = out.with_suffix(".partial")
@@ -324,24 +325,24 @@ def _arm64_specifics(root: Path, esp_uuid: str) -> dict:
     }
 
 
-def _install_grub_efi(root: Path, uuid: str) -> None:
+def _install_grub_efi(root: Path, uuid: str, esp: str) -> None:
     """What `grub-install --target=arm64-efi --removable` leaves, without its probing of the build's loop
     devices: the modules in /boot/grub/arm64-efi, and a GRUB image at the ESP's removable path whose early
-    config finds /boot/grub on the root file system by its UUID."""
+    config finds /boot/grub on the root file system by its UUID. The image is copied onto the ESP with mtools
+    (a host kernel without vfat, as in a container, cannot mount it)."""
     shutil.copytree(root / "usr/lib/grub/arm64-efi", root / "boot/grub/arm64-efi", dirs_exist_ok=True)
     early = root / "boot/grub/sparkfleet-early.cfg"
     early.write_text(
         f"search --no-floppy --fs-uuid --set=root {uuid}\n"
         "set prefix=($root)/boot/grub\nconfigfile $prefix/grub.cfg\n"
     )
-    (root / "boot/efi/EFI/BOOT").mkdir(parents=True, exist_ok=True)
     _chroot(
         root,
         "grub-mkimage",
         "-O",
         "arm64-efi",
         "-o",
-        "/boot/efi/EFI/BOOT/BOOTAA64.EFI",
+        "/boot/grub/BOOTAA64.EFI",
         "-c",
         "/boot/grub/sparkfleet-early.cfg",
         "-p",
@@ -357,6 +358,9 @@ def _install_grub_efi(root: Path, uuid: str) -> None:
         "echo",
     )
     early.unlink()
+    _run(["mmd", "-i", esp, "::/EFI", "::/EFI/BOOT"])
+    _run(["mcopy", "-i", esp, str(root / "boot/grub/BOOTAA64.EFI"), "::/EFI/BOOT/BOOTAA64.EFI"])
+    (root / "boot/grub/BOOTAA64.EFI").unlink()
 
 
 def _bootstrap_grub_cfg(root: Path, uuid: str, arch: str = "amd64") -> None:
