@@ -207,7 +207,6 @@ class VmLab(LabPaths):
     def qemu_argv(self, n: int, host: str) -> list[str]:
         if self.arch == "arm64":
             return self._qemu_argv_arm64(n, host)
-        d = self.node_dir(host)
         argv = [
             "qemu-system-x86_64",
             "-name",
@@ -220,28 +219,9 @@ class VmLab(LabPaths):
             "1",
             "-m",
             str(MEMORY_MIB),
-            "-display",
-            "none",
             "-vga",
             "none",
-            "-monitor",
-            "none",
-            "-serial",
-            f"file:{self.console_log(host)}",
-            "-daemonize",
-            "-pidfile",
-            str(d / "qemu.pid"),
-            "-drive",
-            f"file={d / 'disk.qcow2'},if=virtio,format=qcow2",
-            "-fw_cfg",
-            f"name=opt/sparkfleet/config,file={d / 'fw_cfg.conf'}",
-            "-fw_cfg",
-            f"name=opt/sparkfleet/hostkey,file={d / 'ssh_host_ed25519_key'}",
-            # management: no route out of the lab (restrict), SSH from the controller only
-            "-netdev",
-            f"user,id=mgmt,restrict=on,hostfwd=tcp:{self.ssh_address(host)}:{self.ssh_port(host)}-:22",
-            "-device",
-            f"virtio-net-pci,netdev=mgmt,mac={self._mac(n, 0)}",
+            *self._qemu_common(n, host),
         ]
         for i, (rail, side, _end) in enumerate(self._node_rails(n), start=1):
             other = "b" if side == "a" else "a"
@@ -272,6 +252,19 @@ class VmLab(LabPaths):
             str(ARM64_CPUS),
             "-m",
             str(ARM64_MEMORY_MIB),
+            # UEFI: the firmware read-only, the node's own copy of its variable store
+            "-drive",
+            f"if=pflash,format=raw,unit=0,readonly=on,file={AAVMF_CODE}",
+            "-drive",
+            f"if=pflash,format=raw,unit=1,file={d / 'efivars.fd'}",
+            *self._qemu_common(n, host),
+        ]
+
+    def _qemu_common(self, n: int, host: str) -> list[str]:
+        """Every node's qemu, either arch: no display, the console to a file, the disk, fw_cfg, the
+        management NIC."""
+        d = self.node_dir(host)
+        return [
             "-display",
             "none",
             "-monitor",
@@ -281,10 +274,6 @@ class VmLab(LabPaths):
             "-daemonize",
             "-pidfile",
             str(d / "qemu.pid"),
-            "-drive",
-            f"if=pflash,format=raw,unit=0,readonly=on,file={AAVMF_CODE}",
-            "-drive",
-            f"if=pflash,format=raw,unit=1,file={d / 'efivars.fd'}",
             "-drive",
             f"file={d / 'disk.qcow2'},if=virtio,format=qcow2",
             "-fw_cfg",
