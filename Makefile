@@ -11,12 +11,13 @@ TOPOLOGY ?= tp3
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: help host venv lab lab-down lab-status lint unit checks images labctl molecule test test-vm bench lock clean
+.PHONY: help host venv lab lab-down lab-status lint unit checks images labctl molecule test test-vm test-vm-arm64 bench lock clean
 
 help:
 	@echo "make lab        a simulated TP3 cluster, provisioned end to end (TOPOLOGY=tp2 for TP2)"
 	@echo "make test       lint + unit tests + molecule scenarios (the CI command)"
 	@echo "make test-vm    the VM lab's scenario alone (qemu guests: real kernel, GRUB, reboots; make test runs it too)"
+	@echo "make test-vm-arm64  the arm64 VM's scenario (one UEFI guest: the 16K kernel's install, trial boot, pin; opt-in)"
 	@echo "make bench      benchmarks, each printing a ratio measured side by side"
 	@echo "make lab-down   remove the lab's containers, networks and keys"
 
@@ -75,6 +76,13 @@ test: host venv
 test-vm: venv
 	scripts/ensure-vm-host.sh
 	MOLECULE_SCENARIOS=vm MOLECULE_PARALLEL=0 scripts/run-molecule.sh
+
+# The arm64 VM's scenario (molecule/vm_arm64: one qemu-system-aarch64 guest, TCG, UEFI; host_tuning's 64k profile at
+# 16K pages with Debian's arm64-16k kernel, README "The 64K kernel"). Opt-in: neither `test` nor CI runs it (emulated
+# arm64 is slow). Installs qemu-system-aarch64, AAVMF and qemu-user-static (binfmt_misc) if missing.
+test-vm-arm64: venv
+	scripts/ensure-vm-host.sh --arm64
+	MOLECULE_SCENARIOS=vm_arm64 MOLECULE_PARALLEL=0 scripts/run-molecule.sh
 
 bench: host venv
 	$(PY) -m bench

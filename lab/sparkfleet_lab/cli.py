@@ -52,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 'sysctls, NetworkManager and soft-RoCE (README "The VM lab"); makes the nodes and '
                 "inventory, no hub, does not run site.yml",
             )
+            p.add_argument(
+                "--arch",
+                choices=["amd64", "arm64"],
+                help="with --vm: arm64 makes one arm64 node (qemu-system-aarch64, UEFI) to prove the 64k "
+                "profile's page-size switch with Debian's 16K-page kernel (README \"The 64K kernel\"); "
+                "default amd64",
+            )
         if cmd == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=_run)
@@ -114,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_vm(args: argparse.Namespace, vm) -> int:
     """`lab up --vm` and down/status of a VM lab (found by its state)."""
-    lab = vm.VmLab(name=args.name, topology_name=args.topology)
+    lab = vm.VmLab(name=args.name, topology_name=args.topology, arch=getattr(args, "arch", None))
     if args.lab_cmd == "up":
         if args.nodes or args.no_hub:
             print("sparkfleet lab: --vm makes every node of the topology and never a hub", file=sys.stderr)

@@ -360,7 +360,7 @@ def c_kernel(f: dict, expect: dict) -> list[dict]:
             )
         )
     if expect.get("page_size"):
-        profile = "64k" if int(expect["page_size"]) == 65536 else "stock"
+        profile = "stock" if int(expect["page_size"]) == 4096 else "64k"
         out.append(
             check(
                 "page size",

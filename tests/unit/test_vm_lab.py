@@ -103,8 +103,37 @@ def test_the_disk_image_key_follows_its_inputs(monkeypatch):
     before = image.image_tag()
     assert image.image_tag() == before  # the same inputs, the same cached disk
     original = image.packages
-    monkeypatch.setattr(image, "packages", lambda: [*original(), "htop"])
+    monkeypatch.setattr(image, "packages", lambda arch="amd64": [*original(arch), "htop"])
     assert image.image_tag() != before
     monkeypatch.setattr(image, "packages", original)
     monkeypatch.setitem(image.GRUB_DEFAULTS, "GRUB_TIMEOUT", "5")
     assert image.image_tag() != before
+
+
+def test_the_arm64_disk_has_a_key_of_its_own():
+    assert image.image_tag("arm64") != image.image_tag("amd64")
+    assert image.image_path("arm64").name.startswith("debian-trixie-arm64-")
+    assert "linux-image-arm64" in image.packages("arm64")
+    assert "grub-efi-arm64" in image.packages("arm64")
+    with pytest.raises(ValueError, match="arch"):
+        image.packages("riscv64")
+
+
+def test_the_arm64_lab_is_one_node_without_rails(tmp_path):
+    lab = VmLab(name="unit-arm", project_dir=tmp_path, arch="arm64", say=lambda _m: None)
+    assert lab.hosts == ["spark1"]
+    assert lab.rails() == []
+    assert lab.inventories == [lab.inventory_dir]
+    lab.state = {"ports": {"spark1": 2222}}
+    argv = lab.qemu_argv(1, "spark1")
+    assert argv[0] == "qemu-system-aarch64"
+    assert "virt,accel=tcg" in argv
+    # UEFI: the firmware read-only, the node's own variable store
+    assert any("AAVMF_CODE.fd" in a and "readonly=on" in a for a in argv)
+    assert any("efivars.fd" in a for a in argv)
+    # the management network stays restricted: no route out, only SSH forwarded from loopback
+    netdev = argv[argv.index("-netdev") + 1]
+    assert "restrict=on" in netdev and "hostfwd=tcp:127.0.23.11:2222-:22" in netdev
+    assert argv.count("-netdev") == 1  # no rails
+    smp = int(argv[argv.index("-smp") + 1])
+    assert smp <= 2

@@ -10,6 +10,12 @@ Inside, each node has its own kernel, GRUB, systemd, swap and sysctls; its inter
 every rail a soft-RoCE device (rdma_rxe) named as the ConnectX-7 HCA (vm/overlay). A reboot is a real one: the
 guest resets inside the same qemu process.
 `down()` stops the lab's qemus (by their pid files) and removes the state directory: nothing else was made.
+
+`VmLab(name, arch="arm64")` is the one-node arm64 lab (README "The 64K kernel"): spark1 alone, no rails,
+under qemu-system-aarch64 (virt, TCG, `-cpu max`: every page size) with UEFI firmware (AAVMF; a copy of its
+variable store per node), on the arm64 disk of vm/image.py; its inventory takes the TP2 example's group_vars
+(copied: the TP2 inventory's hosts.yml names a second node) and aims the 64k profile at the image's 16K-page
+Debian kernel.
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ from sparkfleet_lab.vm import image
 MGMT_IFACE = "enP7s7"
 NODE_USER = "spark"
 MEMORY_MIB = int(os.environ.get("SPARKFLEET_VM_MEMORY_MIB", "1280"))
+ARM64_MEMORY_MIB = int(os.environ.get("SPARKFLEET_VM_ARM64_MEMORY_MIB", "1536"))
+ARM64_CPUS = 2  # MTTCG: one host thread per vCPU (the machine has 2 cores)
+AAVMF_CODE = Path("/usr/share/AAVMF/AAVMF_CODE.fd")
+AAVMF_VARS = Path("/usr/share/AAVMF/AAVMF_VARS.fd")
+ARM64_PAGE_SIZE = 16384  # Debian's arm64-16k flavour (Debian has no 64K one)
 BOOT_TIMEOUT_S = float(os.environ.get("SPARKFLEET_VM_BOOT_TIMEOUT", "600"))
 RAIL_MTU = 9000
 # The link speed each rail NIC announces (virtio's speed feature), as a ConnectX-7 half-port: the kernel
@@ -67,9 +78,15 @@ class VmLab(LabPaths):
         topology_name: str | None = None,
         project_dir: Path | None = None,
         say: Callable[[str], None] = _say,
+        arch: str | None = None,
     ) -> None:
         self.project_dir = (project_dir or default_project_dir()).resolve()
-        self.name = name or (f"vm-{topology_name}" if topology_name else "vm-tp2")
+        if arch not in (None, *image.ARCHES):
+            raise LabError(f"--arch {arch!r}: expected one of {', '.join(image.ARCHES)}")
+        default_name = (
+            "vm-arm64" if arch == "arm64" else (f"vm-{topology_name}" if topology_name else "vm-tp2")
+        )
+        self.name = name or default_name
         if not NAME_RE.match(self.name):
             raise LabError(f"lab name {self.name!r}: use 1-24 lowercase letters, digits, '-' or '_'")
         path = self.state_dir / "state.json"
@@ -86,12 +103,25 @@ class VmLab(LabPaths):
             raise LabError(
                 f"lab {self.name!r} exists as {known}; `sparkfleet lab down --name {self.name}` first"
             )
+        known_arch = self.state.get("arch", "amd64") if self.state else None
+        self.arch = arch or known_arch or "amd64"
+        if known_arch and known_arch != self.arch:
+            raise LabError(
+                f"lab {self.name!r} exists as {known_arch}; `sparkfleet lab down --name {self.name}` first"
+            )
         self.say = say
 
     # ---- paths and names ---------------------------------------------------------------
     @property
     def hosts(self) -> list[str]:
+        if self.arch == "arm64":
+            return ["spark1"]  # one node: the page-size switch and its reboot, no fabric
         return [f"spark{n}" for n in range(1, topology.NODE_COUNT[self.topology] + 1)]
+
+    @property
+    def inventories(self) -> list[Path]:
+        # arm64: the lab's inventory alone (it has the TP2 example's group_vars; its hosts.yml names spark2)
+        return [self.inventory_dir] if self.arch == "arm64" else super().inventories
 
     def node_dir(self, host: str) -> Path:
         return self.state_dir / "vm" / host
@@ -100,6 +130,8 @@ class VmLab(LabPaths):
         return self.node_dir(host) / "console.log"
 
     def rails(self) -> list[topology.Rail]:
+        if self.arch == "arm64":
+            return []
         return topology.rails(self.project_dir, self.topology)
 
     def _node_rails(self, node: int) -> list[tuple[topology.Rail, str, topology.End]]:
@@ -127,8 +159,8 @@ class VmLab(LabPaths):
 
     # ---- up ------------------------------------------------------------------------------
     def up(self) -> int:
-        base = image.ensure_image(say=self.say)
-        self.state.update(kind="vm", name=self.name, topology=self.topology, image=str(base))
+        base = image.ensure_image(say=self.say, arch=self.arch)
+        self.state.update(kind="vm", name=self.name, topology=self.topology, arch=self.arch, image=str(base))
         self.state.setdefault(
             "ports", {h: _free_port(socket.SOCK_STREAM, self.ssh_address(h)) for h in self.hosts}
         )
@@ -173,7 +205,8 @@ class VmLab(LabPaths):
         return f"52:54:00:5f:{node:02x}:{nic:02x}"
 
     def qemu_argv(self, n: int, host: str) -> list[str]:
-        d = self.node_dir(host)
+        if self.arch == "arm64":
+            return self._qemu_argv_arm64(n, host)
         argv = [
             "qemu-system-x86_64",
             "-name",
@@ -186,9 +219,53 @@ class VmLab(LabPaths):
             "1",
             "-m",
             str(MEMORY_MIB),
-            "-display",
-            "none",
             "-vga",
+            "none",
+            *self._qemu_common(n, host),
+        ]
+        for i, (rail, side, _end) in enumerate(self._node_rails(n), start=1):
+            other = "b" if side == "a" else "a"
+            local = self.state["rail_ports"][f"{rail.index}{side}"]
+            remote = self.state["rail_ports"][f"{rail.index}{other}"]
+            argv += [
+                "-netdev",
+                f"socket,id=rail{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}",
+                "-device",
+                f"virtio-net-pci,netdev=rail{i},mac={self._mac(n, i)},host_mtu={RAIL_MTU},"
+                f"speed={RAIL_SPEED_MBPS},duplex=full",
+            ]
+        return argv
+
+    def _qemu_argv_arm64(self, n: int, host: str) -> list[str]:
+        d = self.node_dir(host)
+        return [
+            "qemu-system-aarch64",
+            "-name",
+            f"sparkfleet-lab-{self.name}-{host}",
+            "-machine",
+            "virt,accel=tcg",
+            # max: 4K, 16K and 64K granules (a Cortex-A72/A57 has no 16K); pauth-impdef: QEMU's own pointer
+            # authentication hash, much faster under TCG than the architected QARMA
+            "-cpu",
+            "max,pauth-impdef=on",
+            "-smp",
+            str(ARM64_CPUS),
+            "-m",
+            str(ARM64_MEMORY_MIB),
+            # UEFI: the firmware read-only, the node's own copy of its variable store
+            "-drive",
+            f"if=pflash,format=raw,unit=0,readonly=on,file={AAVMF_CODE}",
+            "-drive",
+            f"if=pflash,format=raw,unit=1,file={d / 'efivars.fd'}",
+            *self._qemu_common(n, host),
+        ]
+
+    def _qemu_common(self, n: int, host: str) -> list[str]:
+        """Every node's qemu, either arch: no display, the console to a file, the disk, fw_cfg, the
+        management NIC."""
+        d = self.node_dir(host)
+        return [
+            "-display",
             "none",
             "-monitor",
             "none",
@@ -209,18 +286,6 @@ class VmLab(LabPaths):
             "-device",
             f"virtio-net-pci,netdev=mgmt,mac={self._mac(n, 0)}",
         ]
-        for i, (rail, side, _end) in enumerate(self._node_rails(n), start=1):
-            other = "b" if side == "a" else "a"
-            local = self.state["rail_ports"][f"{rail.index}{side}"]
-            remote = self.state["rail_ports"][f"{rail.index}{other}"]
-            argv += [
-                "-netdev",
-                f"socket,id=rail{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}",
-                "-device",
-                f"virtio-net-pci,netdev=rail{i},mac={self._mac(n, i)},host_mtu={RAIL_MTU},"
-                f"speed={RAIL_SPEED_MBPS},duplex=full",
-            ]
-        return argv
 
     def _fw_cfg(self, n: int, host: str) -> str:
         lines = [
@@ -242,9 +307,12 @@ class VmLab(LabPaths):
             self.say(f"creating {host}'s disk (a copy-on-write overlay of {base.name})")
             cmd = ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(base), str(disk)]
             subprocess.run(cmd, check=True, capture_output=True)
+        if self.arch == "arm64" and not (d / "efivars.fd").exists():
+            shutil.copyfile(AAVMF_VARS, d / "efivars.fd")  # the node's own UEFI variable store
         (d / "fw_cfg.conf").write_text(self._fw_cfg(n, host))
         where = f"{self.ssh_address(host)}:{self.ssh_port(host)}"
-        self.say(f"starting {host} (qemu TCG, {MEMORY_MIB} MiB; SSH {where})")
+        mem = ARM64_MEMORY_MIB if self.arch == "arm64" else MEMORY_MIB
+        self.say(f"starting {host} ({self.arch}, qemu TCG, {mem} MiB; SSH {where})")
         proc = subprocess.run(self.qemu_argv(n, host), capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise LabError(f"qemu for {host} did not start: {proc.stderr.strip()}")
@@ -348,8 +416,12 @@ class VmLab(LabPaths):
                 }
             }
         }
-        header = f"# Written by `sparkfleet lab up --vm --name {self.name}`; "
-        header += f"layered on inventory/{self.topology}.\n"
+        if self.arch == "arm64":
+            header = f"# Written by `sparkfleet lab up --vm --arch arm64 --name {self.name}`; "
+            header += f"inventory/{self.topology}'s group_vars copied in (00-base-*).\n"
+        else:
+            header = f"# Written by `sparkfleet lab up --vm --name {self.name}`; "
+            header += f"layered on inventory/{self.topology}.\n"
         (self.inventory_dir / "hosts.yml").write_text(
             header + "---\n" + yaml.safe_dump(hosts, sort_keys=False, width=1000)
         )
@@ -369,14 +441,45 @@ class VmLab(LabPaths):
         (gv / "00-lab.yml").write_text(
             header + "---\n" + yaml.safe_dump(lab_vars, sort_keys=False, width=1000)
         )
-        for old in gv.glob("10-*.yml"):
+        for old in [*gv.glob("10-*.yml"), *gv.glob("00-base-*.yml"), *gv.glob("20-*.yml")]:
             old.unlink()
+        if self.arch == "arm64":
+            # the TP2 example's group_vars under the lab's (its hosts.yml names a second node: not used)
+            for src in sorted(
+                (self.project_dir / "inventory" / self.topology / "group_vars" / "all").glob("*.yml")
+            ):
+                shutil.copyfile(src, gv / f"00-base-{src.name}")
         for src in sorted((Path(__file__).resolve().parent / "group_vars").glob("*.yml")):
             shutil.copyfile(src, gv / f"10-{src.name}")
+        if self.arch == "arm64":
+            (gv / "20-arm64-kernel.yml").write_text(header + "---\n" + self._arm64_kernel_vars())
+
+    def _arm64_kernel_vars(self) -> str:
+        """host_tuning's 64k profile aimed at the image's 16K-page kernel, at the version the image holds."""
+        info = image.image_info(self.arch)
+        k = info.get("kernel_16k")
+        if not k:
+            raise LabError(
+                f"the arm64 image {image.image_path(self.arch)} has no record of its 16K kernel (.json)"
+            )
+        lab_vars = {
+            "host_tuning_kernel_profile": "64k",
+            "host_tuning_kernel_64k_version": k["release"].removesuffix("-arm64-16k"),
+            "host_tuning_kernel_64k_package_version": k["version"],
+            "host_tuning_kernel_64k_release": k["release"],
+            "host_tuning_kernel_64k_packages": [{"name": k["package"], "version": k["version"]}],
+            "host_tuning_kernel_64k_page_size": ARM64_PAGE_SIZE,
+        }
+        comment = (
+            "# The arm64 node: the 64k profile, Debian's 16K-page kernel from the image's apt repository\n"
+            "# (no 64K flavour in Debian, no NVIDIA modules for it: their stand-in is in the image).\n"
+        )
+        return comment + yaml.safe_dump(lab_vars, sort_keys=False, width=1000)
 
     # ---- inspection ------------------------------------------------------------------------
     def describe(self) -> str:
-        lines = [f"VM lab {self.name} ({self.topology}), image {Path(self.state.get('image', '-')).name}"]
+        kind = "arm64, one node" if self.arch == "arm64" else self.topology
+        lines = [f"VM lab {self.name} ({kind}), image {Path(self.state.get('image', '-')).name}"]
         for n, host in enumerate(self.hosts, start=1):
             state = "running" if self.running(host) else "stopped"
             port = self.state.get("ports", {}).get(host, "-")
@@ -395,6 +498,7 @@ class VmLab(LabPaths):
             "name": self.name,
             "kind": "vm",
             "topology": self.topology,
+            "arch": self.arch,
             "exists": bool(self.state),
             "nodes": [
                 {"host": h, "running": self.running(h), "ssh_port": self.state.get("ports", {}).get(h)}
