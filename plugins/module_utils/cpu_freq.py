@@ -10,11 +10,18 @@ import re
 
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import (
     CPU_KEY,
+    STATE_DIR,
     read_cap,
     state_diff,
     state_text,
 )
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
+
+# Where the CPU cap is read and recorded: the options cpu_clocks and gpu_clocks' `cpu` share.
+ARGUMENT_SPEC = {
+    "cpufreq_root": {"type": "path", "default": "/sys/devices/system/cpu/cpufreq"},
+    "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/cpu.conf"},
+}
 
 
 class CpuClockError(Exception):

@@ -67,8 +67,11 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import STATE_DIR
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import CpuClockError, run
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import (
+    ARGUMENT_SPEC,
+    CpuClockError,
+    run,
+)
 
 
 def main() -> None:
@@ -76,8 +79,7 @@ def main() -> None:
         argument_spec={
             "cap_mhz": {"type": "int"},
             "state": {"type": "str", "choices": ["present", "query"], "default": "present"},
-            "cpufreq_root": {"type": "path", "default": "/sys/devices/system/cpu/cpufreq"},
-            "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/cpu.conf"},
+            **ARGUMENT_SPEC,
         },
         required_if=[("state", "present", ["cap_mhz"])],
         supports_check_mode=True,

@@ -221,6 +221,9 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state imp
     verdict,
     verify_text,
 )
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import (
+    ARGUMENT_SPEC as CPU_ARGUMENT_SPEC,
+)
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import CpuClockError
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.cpu_freq import run as cpu_run
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
@@ -630,11 +633,7 @@ def main() -> None:
             "latched_below_mhz": {"type": "int", "default": 1000},
             "cpu": {
                 "type": "dict",
-                "options": {
-                    "cap_mhz": {"type": "int", "required": True},
-                    "cpufreq_root": {"type": "path", "default": "/sys/devices/system/cpu/cpufreq"},
-                    "state_file": {"type": "path", "default": f"{STATE_DIR}/clocks/cpu.conf"},
-                },
+                "options": {"cap_mhz": {"type": "int", "required": True}, **CPU_ARGUMENT_SPEC},
             },
             "observe": {
                 "type": "dict",
