@@ -11,6 +11,9 @@ description:
   - Reads the generated grub.cfg and returns the id path of the normal (not recovery) entry whose
     C(linux) line boots C(vmlinuz-<release>), e.g.
     C(gnulinux-advanced-UUID>gnulinux-6.11.0-1016-nvidia-64k-advanced-UUID).
+  - Of several such entries, the one whose id names the release (the Advanced options submenu's), then one
+    inside a submenu, then the first. update-grub's top-level C(gnulinux-simple-UUID) entry boots whichever
+    kernel sorts newest, so a GRUB_DEFAULT pinned to it would follow the next kernel update.
   - Fails, listing the kernels it found, when there is no such entry (run update-grub first).
   - Read-only.
 options:
@@ -43,9 +46,14 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.boot import men
 
 
 def entries(text: str) -> dict[str, str]:
-    """Kernel release -> id path of its first normal entry (recovery entries aside), from grub.cfg's menu as
-    module_utils/boot.py reads it (the same parser says which kernel GRUB boots next)."""
-    found: dict[str, str] = {}
+    """Kernel release -> id path of the normal entry (recovery entries aside) that stays that release's, from
+    grub.cfg's menu as module_utils/boot.py reads it (the same parser says which kernel GRUB boots next).
+
+    update-grub's first, top-level entry (`gnulinux-simple-<uuid>`) boots the newest kernel: its id names no
+    release, so GRUB_DEFAULT pinned to it boots whichever kernel sorts newest after the next kernel update.
+    An entry whose id names the release (the Advanced options submenu's `gnulinux-<release>-advanced-<uuid>`)
+    is preferred, then one inside a submenu, then the first that boots the release."""
+    found: dict[str, tuple[int, str]] = {}
 
     def walk(nodes: list[dict], path: list[str]) -> None:
         for node in nodes:
@@ -53,12 +61,15 @@ def entries(text: str) -> dict[str, str]:
                 walk(node["children"], path)
                 continue
             here = [*path, node["id"]]
-            if node["kind"] == "menuentry" and node["release"] and "recovery" not in node["id"]:
-                found.setdefault(node["release"], ">".join(here))
+            release = node["release"]
+            if node["kind"] == "menuentry" and release and "recovery" not in node["id"]:
+                rank = 0 if release in node["id"] else 1 if path else 2
+                if release not in found or rank < found[release][0]:
+                    found[release] = (rank, ">".join(here))
             walk(node["children"], here)
 
     walk(menu(text), [])
-    return found
+    return {release: entry for release, (_rank, entry) in found.items()}
 
 
 def main() -> None:

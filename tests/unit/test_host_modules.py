@@ -159,7 +159,29 @@ def test_grub_entry_of_the_64k_kernel_is_the_submenu_path():
         found["6.11.0-1016-nvidia-64k"]
         == "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
     )
-    assert found["6.11.0-1016-nvidia"] == "gnulinux-simple-1234"  # the first entry that boots it
+    # the top-level simple entry boots it too, but that one boots whichever kernel sorts newest: a pin to it
+    # would follow the next kernel update; the submenu entry names the release
+    assert found["6.11.0-1016-nvidia"] == "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-advanced-1234"
+
+
+def test_grub_entry_of_the_newest_kernel_is_its_own_entry_not_the_simple_one():
+    # the wanted kernel sorts newest: update-grub's first entry boots it (as on the arm64 VM, whose 16K kernel
+    # sorts after the stock one), and the pin must still be the release's own entry
+    newest = GRUB_CFG.replace("vmlinuz-6.11.0-1016-nvidia root", "vmlinuz-6.11.0-1016-nvidia-64k root", 1)
+    assert grub_mod.entries(newest)["6.11.0-1016-nvidia-64k"] == (
+        "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
+    )
+    # a menu of one entry (no submenu: GRUB_DISABLE_SUBMENU=y puts every entry at the top level)
+    flat = """menuentry 'Debian' $menuentry_id_option 'gnulinux-simple-9' {
+    linux /boot/vmlinuz-6.12.48+deb13-amd64 root=UUID=9 ro
+}
+menuentry 'Debian, with Linux 6.12.48+deb13-amd64' $menuentry_id_option 'gnulinux-6.12.48+deb13-amd64-advanced-9' {
+    linux /boot/vmlinuz-6.12.48+deb13-amd64 root=UUID=9 ro
+}
+"""
+    assert grub_mod.entries(flat)["6.12.48+deb13-amd64"] == "gnulinux-6.12.48+deb13-amd64-advanced-9"
+    only = flat.split("menuentry 'Debian, with")[0]
+    assert grub_mod.entries(only)["6.12.48+deb13-amd64"] == "gnulinux-simple-9"  # the one there is
 
 
 def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
