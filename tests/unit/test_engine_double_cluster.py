@@ -89,6 +89,23 @@ def test_workers_wait_for_rank_0_and_rank_0_waits_for_them(tmp_path):
         assert cluster.wait_ready(60)["ok"] is True
 
 
+def test_a_worker_waits_at_the_rendezvous_for_a_late_rank_and_for_a_slower_rank_0(tmp_path):
+    # A TCPStore client waits for the others until the rendezvous timeout (600 s): a worker that joined must
+    # neither give up after its first read timeout (1 s at the rendezvous) nor while rank 0 still loads (0.5 s
+    # reads), as the double did when it read through a socket file, which refuses every read after a timeout.
+    snap = make_snapshot(tmp_path / "snap")
+    with LocalCluster(3, [snap] * 3, tmp_path / "run", version="tp3-recipe", load_s=0.2) as cluster:
+        cluster.start_rank(0, env={"SPARKFLEET_LAB_ENGINE_LOAD_S": "2.5"})  # rank 0 loads longest
+        cluster.start_rank(1)
+        wait_line(cluster.ranks[1], r"loading ")
+        time.sleep(3)  # rank 1 joined; rank 2 is not there yet
+        assert cluster.ranks[1].proc.poll() is None, cluster.logs()
+        cluster.start_rank(2)
+        assert cluster.wait_ready(60)["ok"] is True, cluster.logs()
+        assert all(r.proc.poll() is None for r in cluster.ranks.values()), cluster.logs()
+        assert lines(cluster.ranks[1], "following") and lines(cluster.ranks[2], "following")
+
+
 def test_the_rendezvous_gives_up_after_its_timeout(tmp_path):
     snap = make_snapshot(tmp_path / "snap")
     cluster = LocalCluster(2, [snap] * 2, tmp_path / "run", env={"SPARKFLEET_LAB_ENGINE_RENDEZVOUS_S": "1"})

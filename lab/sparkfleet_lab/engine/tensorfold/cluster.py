@@ -55,6 +55,31 @@ def send(sock: socket.socket, obj: dict) -> None:
     sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
 
+class Lines:
+    """A socket's messages, one per line. A read that times out keeps what it got, so the next read goes on
+    (a socket's makefile() reader refuses every read after a timeout: "cannot read from timed out object",
+    which a TCPStore client waiting at a rendezvous never says)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def readline(self, limit: int) -> bytes:
+        while True:
+            end = self.buf.find(b"\n", 0, limit)
+            if end >= 0 or len(self.buf) >= limit:
+                cut = end + 1 if end >= 0 else limit
+                line = bytes(self.buf[:cut])
+                del self.buf[:cut]
+                return line
+            data = self.sock.recv(1 << 16)  # TimeoutError: the buffer stays as it is
+            if not data:  # closed: what is left (a cut message), then b""
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line
+            self.buf += data
+
+
 def recv(reader, what: str) -> dict:
     line = reader.readline(MAX_LINE)
     if not line:
@@ -137,7 +162,7 @@ class Coordinator:
         conn.close()
 
     def _join(self, conn: socket.socket, addr: tuple) -> None:
-        reader = conn.makefile("rb")
+        reader = Lines(conn)
         try:
             conn.settimeout(10)
             msg = recv(reader, "join")
@@ -287,7 +312,7 @@ class Worker:
                         f"{exc}"
                     ) from exc
                 stop.wait(1.0)
-        self.reader = self.sock.makefile("rb")
+        self.reader = Lines(self.sock)
         send(self.sock, {"op": "join", "rank": self.rank, "world": self.world, **hello})
         while True:  # rank 0 answers once every rank joined
             left = deadline - time.monotonic()
