@@ -138,9 +138,11 @@ def wait(client: Client, model: str, *, wait_s: float, interval_s: float, rank0:
         if why:
             state.update(fatal=True, detail=why)
             break
-        if time.monotonic() - start + interval_s > wait_s:
+        # a call lasts wait_s (the role's retries x wait_s is its timeout), also when wait_s < interval_s
+        left = wait_s - (time.monotonic() - start)
+        if left <= 0:
             break
-        time.sleep(interval_s)
+        time.sleep(min(interval_s, left))
     state["waited_s"] = round(time.monotonic() - start, 1)
     first = state["detail"].splitlines()[0] if state["detail"] else ""
     state["sparkfleet_progress"] = first if state["state"] == "loading" else f"{state['state']}: {first}"

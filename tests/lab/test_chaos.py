@@ -349,11 +349,15 @@ def test_the_disk_filling_up_during_the_copy_is_named_and_a_rerun_after_freeing_
 def test_a_worker_container_stopped_while_the_cluster_loads_stops_start_cleanly(lab) -> None:
     worker = lab.hosts[1]
     stopped(lab)
-    with Background(lab, "start", "-e", "engine_service_ready_poll=1") as run:
+    # rank 0 then waits at the rendezvous for the stopped rank (600 s, as TensorFold does): the run's ready
+    # timeout ends the wait, then every rank's log is read; 45 s of it is enough to show that
+    timeout = ("-e", "engine_service_ready_timeout=30", "-e", "engine_service_ready_poll=1")
+    with Background(lab, "start", *timeout) as run:
         run.wait_for(task_started("Wait until the API is ready"))
         lab.exec(worker, "docker", "stop", ENGINE)
         rc = run.finish()
     assert rc == 2, run.output[-4000:]
+    assert "timeout in seconds 30" in run.output, run.output[-4000:]
     # the failure names the stopped rank and how it ended (docker stop: SIGTERM, exit 143)
     assert f"{worker} (rank 1) stopped: killed by SIGTERM (exit 143)" in run.output, run.output[-4000:]
     doc = status(lab)

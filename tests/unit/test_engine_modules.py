@@ -278,6 +278,15 @@ def test_wait_on_nothing_listening_is_down_not_fatal():
     assert state["state"] == "down" and not state["fatal"] and not state["ready"]
 
 
+@pytest.mark.parametrize(("wait_s", "interval_s"), [(0.5, 0.2), (0.3, 2.0)])
+def test_a_wait_that_does_not_end_lasts_its_wait_s_also_below_one_interval(wait_s, interval_s):
+    # engine_service's ready wait is timeout / poll calls of wait_s = poll each: a call that returned after
+    # one probe when wait_s < interval_s (a poll of 1 s against the 2 s interval) ended the wait early
+    start = time.monotonic()
+    state = api.wait(api.Client("http://127.0.0.1:9", None, 1), "x", wait_s=wait_s, interval_s=interval_s)
+    assert state["waited_s"] >= wait_s and time.monotonic() - start >= wait_s
+
+
 def test_probe_wants_ok_true_and_the_model(fork066):
     cluster, _keys = fork066
     good = api.probe(api.Client(cluster.url, KEY, 5), "m-1")
