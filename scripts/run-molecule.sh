@@ -2,37 +2,28 @@
 # Run the molecule scenarios, each with its own lab (own name, networks, fact cache): the cluster
 # scenarios tp3 and tp2 (site.yml end to end, the fault tests) and one scenario per role
 # (molecule/<role>/: a small lab of one or two nodes, that role alone), and vm (the VM lab: two qemu guests).
-# By default in three lanes side by side, every line prefixed with its scenario: tp3 in the first, tp2 and
-# then model_weights and engine_service in the second, the other role scenarios and then vm in the third.
-# Much of a scenario's time is spent waiting (boots, restarts, readiness), which the other lanes fill. The
-# lanes are cut to end together: in the last CI run's times tp3 took 3029 s, tp2 2250 s, the role scenarios
-# 1565 s of which model_weights 244 s and engine_service 333 s, and vm 1795 s.
-#   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane, the second the
-#                                       second, the rest the third)
+# By default in three lanes side by side, every line prefixed with its scenario: tp3 in the first (the
+# longest), tp2 in the second, the role scenarios and then vm one after the other in the third. Much of a
+# scenario's time is spent waiting (boots, restarts, readiness), which the other lanes fill; the role
+# scenarios and tp2 end early, so tp3's long fault tests run on an idle machine.
+#   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane)
 #   MOLECULE_PARALLEL=0                 one after the other
 #   SPARKFLEET_LAB_PREFIX=xyz           lab names xyz-<scenario> (default molecule)
 # Every scenario's lab is removed, also on failure; the exit code is 1 if any scenario failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
-# The role scenarios that build the engine image (its build in the nodes' nested Docker is the heaviest step of
-# any scenario) run after tp3 and tp2 have built theirs, so that the builds do not all run at once: engine_image
-# last of the third lane's roles, engine_service after tp2 in the second. vm, the VM lab's scenario (qemu
-# guests, README "The VM lab"), last in the third lane, after the converges of tp3 and tp2, so the emulated CPUs
-# take less from them. vm_arm64 (one emulated arm64 guest) is never in the default set: `make test-vm-arm64`
-# runs it alone (MOLECULE_SCENARIOS=vm_arm64).
-second_more="model_weights engine_service"
+# the role scenarios that build the engine image (its build in the nodes' nested Docker is the heaviest step of
+# any scenario) go last, after tp3 and tp2 have built theirs, so that the builds do not all run at once; vm, the
+# VM lab's scenario (qemu guests, README "The VM lab"), after them: the role lane ends well before tp3's, and
+# the emulated CPUs then take less from the others' converges. vm_arm64 (one emulated arm64 guest) is never in the
+# default set: `make test-vm-arm64` runs it alone (MOLECULE_SCENARIOS=vm_arm64)
 roles=$(for d in molecule/*/molecule.yml; do
   s=$(basename "$(dirname "$d")")
-  case " tp2 tp3 engine_image vm vm_arm64 $second_more " in *" $s "*) ;; *) printf '%s ' "$s" ;; esac
+  case $s in tp2|tp3|engine_image|engine_service|vm|vm_arm64) ;; *) printf '%s ' "$s" ;; esac
 done)
-roles="$roles engine_image vm"
-if [ -n "${MOLECULE_SCENARIOS:-}" ]; then
-  scenarios=$MOLECULE_SCENARIOS
-  second_more=""
-else
-  scenarios="tp3 tp2 $second_more $roles"
-fi
+roles="$roles engine_image engine_service vm"
+scenarios=${MOLECULE_SCENARIOS:-"tp3 tp2 $roles"}
 parallel=${MOLECULE_PARALLEL:-1}
 prefix=${SPARKFLEET_LAB_PREFIX:-molecule}
 logs=.cache/molecule
@@ -57,13 +48,7 @@ lane() {  # scenarios one after the other, each line prefixed with its scenario
 }
 
 rm -f "$logs"/*.rc "$logs"/*.s
-read -r -a more <<< "$second_more"
 read -r -a all <<< "$scenarios"
-# the third lane: what is neither the first scenario, the second, nor the second lane's more
-third=()
-for s in "${all[@]:2}"; do
-  case " $second_more " in *" $s "*) ;; *) third+=("$s") ;; esac
-done
 if [ "$parallel" = 0 ]; then
   for s in "${all[@]}"; do one "$s"; done
 else
@@ -72,12 +57,12 @@ else
   second=""
   if [ "${#all[@]}" -gt 1 ]; then
     sleep 5  # the first lab takes its slot (networks) before the next one looks for a free one
-    lane "${all[1]}" "${more[@]}" &
+    lane "${all[1]}" &
     second=$!
   fi
-  if [ "${#third[@]}" -gt 0 ]; then
+  if [ "${#all[@]}" -gt 2 ]; then
     sleep 5
-    lane "${third[@]}" || true
+    lane "${all[@]:2}" || true
   fi
   wait "$first" || true
   [ -z "$second" ] || wait "$second" || true
