@@ -350,7 +350,7 @@ def test_a_worker_container_stopped_while_the_cluster_loads_stops_start_cleanly(
     worker = lab.hosts[1]
     stopped(lab)
     # rank 0 then waits at the rendezvous for the stopped rank (600 s, as TensorFold does): the run's ready
-    # timeout ends the wait, then every rank's log is read; 45 s of it is enough to show that
+    # timeout ends the wait, then every rank's log is read; 30 s of it is enough to show that
     timeout = ("-e", "engine_service_ready_timeout=30", "-e", "engine_service_ready_poll=1")
     with Background(lab, "start", *timeout) as run:
         run.wait_for(task_started("Wait until the API is ready"))

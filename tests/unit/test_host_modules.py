@@ -171,7 +171,7 @@ def test_grub_entry_of_the_newest_kernel_is_its_own_entry_not_the_simple_one():
     assert grub_mod.entries(newest)["6.11.0-1016-nvidia-64k"] == (
         "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
     )
-    # a menu of one entry (no submenu: GRUB_DISABLE_SUBMENU=y puts every entry at the top level)
+    # a flat menu (GRUB_DISABLE_SUBMENU=y puts every entry at the top level), then a menu of one entry
     flat = """menuentry 'Debian' $menuentry_id_option 'gnulinux-simple-9' {
     linux /boot/vmlinuz-6.12.48+deb13-amd64 root=UUID=9 ro
 }
