@@ -195,6 +195,7 @@ def veth():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
+@pytest.mark.xdist_group("host-interfaces")  # adds a veth pair to this machine
 def test_the_probe_finds_the_far_port_across_subnets_and_leaves_no_trace(veth):
     near, far_mac, ns = veth
     ports = {n: fn.port_state("/sys/class/net", n) for n in (near, "sfnothere0")}
@@ -209,6 +210,7 @@ def test_the_probe_finds_the_far_port_across_subnets_and_leaves_no_trace(veth):
     assert "10.12.1.1" not in neigh.stdout
 
 
+@pytest.mark.xdist_group("host-interfaces")  # adds a veth pair to this machine
 def test_a_down_port_is_reported_not_brought_up(veth):
     near, _, _ = veth
     subprocess.run(["ip", "link", "set", near, "down"], check=True)
