@@ -15,6 +15,9 @@ description:
     inside a submenu, then the first. update-grub's top-level C(gnulinux-simple-UUID) entry boots whichever
     kernel sorts newest, so a GRUB_DEFAULT pinned to it would follow the next kernel update.
   - Fails, listing the kernels it found, when there is no such entry (run update-grub first).
+  - Also reads grubenv's one-time C(next_entry) (what C(grub-reboot) set) and the kernel it boots. GRUB
+    clears it when it boots it, unless its C(save_env) cannot write grubenv (seen on an arm64 UEFI guest);
+    then every later boot takes that entry over GRUB_DEFAULT.
   - Read-only.
 options:
   release:
@@ -25,12 +28,24 @@ options:
     description: The generated GRUB configuration.
     type: path
     default: /boot/grub/grub.cfg
+  grubenv:
+    description: GRUB's environment block (C(grub-reboot) writes C(next_entry) there); by default C(grubenv)
+      beside O(grub_cfg).
+    type: path
 author: sparkfleet developers
 """
 
 RETURN = r"""
 entry: {description: The id path to give grub-reboot / GRUB_DEFAULT., type: str, returned: success}
 kernels: {description: Every kernel release with a normal menu entry., type: list, returned: always}
+next_entry:
+  description: grubenv's one-time entry (empty when none is pending).
+  type: str
+  returned: success
+next_entry_release:
+  description: The kernel release O(grubenv)'s next_entry boots (empty when none, or when it names no entry).
+  type: str
+  returned: success
 """
 
 EXAMPLES = r"""
@@ -41,8 +56,10 @@ EXAMPLES = r"""
 """
 
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.boot import menu
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.boot import menu, parse_grubenv, resolve
 
 
 def entries(text: str) -> dict[str, str]:
@@ -77,14 +94,24 @@ def main() -> None:
         argument_spec={
             "release": {"type": "str", "required": True},
             "grub_cfg": {"type": "path", "default": "/boot/grub/grub.cfg"},
+            "grubenv": {"type": "path"},
         },
         supports_check_mode=True,
     )
     try:
         with open(module.params["grub_cfg"], encoding="utf-8", errors="replace") as fh:
-            found = entries(fh.read())
+            text = fh.read()
     except OSError as err:
         module.fail_json(msg=f"cannot read {module.params['grub_cfg']}: {err}", kernels=[])
+    found = entries(text)
+    grubenv = module.params["grubenv"] or os.path.join(os.path.dirname(module.params["grub_cfg"]), "grubenv")
+    try:
+        with open(grubenv, encoding="utf-8", errors="replace") as fh:
+            pending = parse_grubenv(fh.read()).get("next_entry", "")
+    except FileNotFoundError:
+        pending = ""  # grub-editenv creates it at the first write
+    except OSError as err:
+        module.fail_json(msg=f"cannot read {grubenv}: {err}", kernels=sorted(found))
     release = module.params["release"]
     if release not in found:
         module.fail_json(
@@ -92,7 +119,13 @@ def main() -> None:
             + (", ".join(sorted(found)) or "none"),
             kernels=sorted(found),
         )
-    module.exit_json(changed=False, entry=found[release], kernels=sorted(found))
+    module.exit_json(
+        changed=False,
+        entry=found[release],
+        kernels=sorted(found),
+        next_entry=pending,
+        next_entry_release=(resolve(menu(text), pending) or "") if pending else "",
+    )
 
 
 if __name__ == "__main__":

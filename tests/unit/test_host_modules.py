@@ -195,6 +195,28 @@ def test_grub_entry_missing_kernel_fails_listing_what_is_there(tmp_path):
     assert bad["failed"] and "update-grub" in bad["msg"] and "6.11.0-1016-nvidia-64k" in bad["msg"]
 
 
+def test_grub_entry_reads_the_pending_one_time_entry_and_the_kernel_it_boots(tmp_path):
+    """grub_entry says which kernel a pending next_entry boots (host_tuning clears its trial's stuck one)."""
+    module = ROOT / "plugins/modules/grub_entry.py"
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(GRUB_CFG)
+    none = run_module(module, real=True, release="6.11.0-1016-nvidia-64k", grub_cfg=str(cfg))
+    assert (none["next_entry"], none["next_entry_release"]) == ("", "")  # no grubenv yet: nothing pending
+    env = tmp_path / "grubenv"
+    trial = "gnulinux-advanced-1234>gnulinux-6.11.0-1016-nvidia-64k-advanced-1234"
+    for pending, boots in ((trial, "6.11.0-1016-nvidia-64k"), ("gnulinux-simple-1234", "6.11.0-1016-nvidia"),
+                           ("1>2", "6.11.0-1016-nvidia"), ("no-such-entry", "")):  # fmt: skip
+        # the layout grub-editenv writes: a 1024-byte block padded with '#'
+        block = f"# GRUB Environment Block\nsaved_entry=0\nnext_entry={pending}\n"
+        env.write_text(block + "#" * (1024 - len(block)))
+        got = run_module(module, real=True, release="6.11.0-1016-nvidia-64k", grub_cfg=str(cfg))
+        assert (got["next_entry"], got["next_entry_release"]) == (pending, boots)
+    other = tmp_path / "elsewhere"
+    other.write_text("# GRUB Environment Block\n" + "#" * 1000)
+    got = run_module(module, release="6.11.0-1016-nvidia-64k", grub_cfg=str(cfg), grubenv=str(other))
+    assert got["next_entry"] == ""  # the grubenv option, not the one beside grub.cfg
+
+
 # ---- sparkfleet_host_status ------------------------------------------------------------------------------
 # A prepared TP3 Spark as the public three-Spark receipts have it (christopherowen/spark-ds41f): the 64K
 # kernel 7.0.0-1019-nvidia-64k with driver 580.178.04, the memory saver on, its firmware identities.
