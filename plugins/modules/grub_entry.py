@@ -16,8 +16,8 @@ description:
     kernel sorts newest, so a GRUB_DEFAULT pinned to it would follow the next kernel update.
   - Fails, listing the kernels it found, when there is no such entry (run update-grub first).
   - Also reads grubenv's one-time C(next_entry) (what C(grub-reboot) set) and the kernel it boots. GRUB
-    clears it when it boots it, unless its C(save_env) cannot write grubenv (seen on an arm64 UEFI guest);
-    then every later boot takes that entry over GRUB_DEFAULT.
+    clears it when it boots it, unless its C(save_env) cannot write grubenv (on LVM, RAID, ZFS or btrfs, the
+    GRUB manual says); then every later boot takes that entry over GRUB_DEFAULT.
   - Read-only.
 options:
   release:

@@ -65,7 +65,7 @@ def test_apt_reaches_only_the_images_local_repository(lab):
 
 def test_a_plain_reboot_comes_back_on_the_16k_kernel(lab, kernel_16k):
     """The pin survives: no grub-reboot pending, a reboot boots GRUB's default, which is the 16K kernel.
-    (On this UEFI guest GRUB left the trial's next_entry set after booting it; host_tuning clears its own.)"""
+    (GRUB cleared the trial's next_entry as it booted it: the image's GRUB reads and writes grubenv.)"""
     assert "next_entry=" not in sh(lab, "sudo grub-editenv /boot/grub/grubenv list")
     before = sh(lab, "cat /proc/sys/kernel/random/boot_id")
     lab.ssh(HOST, "sudo systemd-run --on-active=2 systemctl reboot", check=False)

@@ -88,7 +88,7 @@ def image_tag(arch: str = "amd64") -> str:
     return h.hexdigest()[:12]
 
 
-ARM64_BUILDER_VERSION = "2"  # bump when the arm64 steps below change
+ARM64_BUILDER_VERSION = "3"  # bump when the arm64 steps below change
 
 
 def cache_dir() -> Path:
@@ -329,13 +329,16 @@ def _install_grub_efi(root: Path, uuid: str, esp: str) -> None:
     """What `grub-install --target=arm64-efi --removable` leaves, without its probing of the build's loop
     devices: the modules in /boot/grub/arm64-efi, and a GRUB image at the ESP's removable path whose early
     config finds /boot/grub on the root file system by its UUID. The image is copied onto the ESP with mtools
-    (a host kernel without vfat, as in a container, cannot mount it)."""
+    (a host kernel without vfat, as in a container, cannot mount it).
+
+    The early config only sets root and prefix, as grub-install's own does; GRUB then starts normal mode,
+    which reads $prefix/arm64-efi/command.lst (the commands it loads on first use: `[`, load_env, save_env)
+    and then $prefix/grub.cfg. An early config that ran `configfile $prefix/grub.cfg` itself read grub.cfg
+    without that list: "can't find command `['" on every boot, so grubenv was never read or written and a
+    grub-reboot entry neither chosen nor cleared (the 16K trial booted because that kernel sorted first)."""
     shutil.copytree(root / "usr/lib/grub/arm64-efi", root / "boot/grub/arm64-efi", dirs_exist_ok=True)
     early = root / "boot/grub/sparkfleet-early.cfg"
-    early.write_text(
-        f"search --no-floppy --fs-uuid --set=root {uuid}\n"
-        "set prefix=($root)/boot/grub\nconfigfile $prefix/grub.cfg\n"
-    )
+    early.write_text(f"search --no-floppy --fs-uuid --set=root {uuid}\nset prefix=($root)/boot/grub\n")
     _chroot(
         root,
         "grub-mkimage",
