@@ -49,6 +49,15 @@ def test_grub_boots_the_16k_kernel_by_default(lab, kernel_16k):
     assert f"/vmlinuz-{kernel_16k['release']} " in linux
 
 
+def test_grub_ran_every_command_of_its_configuration_at_every_boot(lab, kernel_16k):
+    """The guest's serial console since the lab started, the trial boot of the 16K kernel included: GRUB
+    found every command grub.cfg uses (`[`, load_env and save_env come from its command list in normal
+    mode; without them grubenv is neither read nor written and grub-reboot does nothing)."""
+    console = lab.console_log(HOST).read_bytes().decode(errors="replace")
+    assert f"Linux version {kernel_16k['release']} " in console
+    assert "can't find command" not in console
+
+
 def test_the_16k_kernel_package_is_installed_at_its_version_and_held(lab, kernel_16k):
     pkg = kernel_16k["package"]
     assert sh(lab, f"dpkg-query -W -f '${{Version}}' {pkg}") == kernel_16k["version"]
