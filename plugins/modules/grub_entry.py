@@ -38,6 +38,7 @@ author: sparkfleet developers
 RETURN = r"""
 entry: {description: The id path to give grub-reboot / GRUB_DEFAULT., type: str, returned: success}
 kernels: {description: Every kernel release with a normal menu entry., type: list, returned: always}
+grubenv: {description: The environment block read (for grub-editenv)., type: str, returned: success}
 next_entry:
   description: grubenv's one-time entry (empty when none is pending).
   type: str
@@ -123,6 +124,7 @@ def main() -> None:
         changed=False,
         entry=found[release],
         kernels=sorted(found),
+        grubenv=grubenv,
         next_entry=pending,
         next_entry_release=(resolve(menu(text), pending) or "") if pending else "",
     )

@@ -215,6 +215,7 @@ def test_grub_entry_reads_the_pending_one_time_entry_and_the_kernel_it_boots(tmp
     other.write_text("# GRUB Environment Block\n" + "#" * 1000)
     got = run_module(module, release="6.11.0-1016-nvidia-64k", grub_cfg=str(cfg), grubenv=str(other))
     assert got["next_entry"] == ""  # the grubenv option, not the one beside grub.cfg
+    assert got["grubenv"] == str(other) and none["grubenv"] == str(env)  # what the role gives grub-editenv
 
 
 # ---- sparkfleet_host_status ------------------------------------------------------------------------------
