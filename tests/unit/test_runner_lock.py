@@ -476,3 +476,45 @@ def test_a_holder_lost_during_the_run_is_taken_again(
         f"took the cluster lock on local1 ({state}/lock) again",
     ]
     assert record(state) is None
+
+
+def test_a_take_during_a_break_yields_to_the_breaker_and_a_stale_mark_is_ignored(tmp_path: Path) -> None:
+    """The race that made --break-lock fail now and then: the broken run's keeper takes the lock again
+    the moment its holder dies, before the breaker's next try. A take that finds a live breaker's mark
+    lets the flock go and answers busy with the breaker's record; a mark whose process is gone is
+    ignored (a breaker that died mid-break must not lock everyone out)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    me = os.getpid()
+    breaker = {
+        "run_id": "breaker",
+        "user": "bob",
+        "holder_pid": me,
+        "holder_start": lock_holder.proc_start(me),
+        "boot_id": lock_holder.boot_id(),
+    }
+    (state / "lock.breaking").write_text(json.dumps(breaker))
+
+    def take(run_id: str) -> tuple[int, list[dict]]:
+        proc = subprocess.run(
+            [sys.executable, str(lockmod.HOLDER_SOURCE), str(state), "take", json.dumps({"run_id": run_id})],
+            input=lock_holder.RELEASE.decode(),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
+
+    rc, events = take("late-retake")
+    assert (rc, events) == (EXIT_LOCKED, [{"event": "busy", "holder": breaker}])
+    assert lock_is_free(state) and record(state) is None
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True, text=True
+    )
+    stale = {**breaker, "holder_pid": int(gone.stdout)}  # that process has exited
+    (state / "lock.breaking").write_text(json.dumps(stale))
+    rc, events = take("after-a-dead-breaker")
+    assert rc == 0 and [e["event"] for e in events] == ["held", "released"]
+    assert (state / "lock.breaking").exists()  # not its mark: a take never removes it

@@ -16,6 +16,11 @@ It takes `<state_dir>/lock` with flock(LOCK_EX | LOCK_NB) and writes `<state_dir
   that died without closing the connection sends nothing): the same as end of input;
 - SIGTERM / SIGHUP (`--break-lock` of another run, or the session ending): the same.
 
+A `break` first writes `<state_dir>/lock.breaking` (its own record, pid, start time and boot id) and
+removes it once it holds the flock (or gave up). While that names a live process, a `take` that gets the
+flock lets it go again and answers `busy` with the breaker's record: the run whose holder was just
+stopped, taking its lock again, must not win the race against the run that stopped it.
+
 One JSON line per event on stdout: `busy` (exit 75: someone holds it; their record), `held`
 (the previous record, if one was left, and the record of the run that was broken), `released`,
 `gone` (why the holder stopped without a release), `error` (exit 1).
@@ -127,14 +132,17 @@ def holders_of(path):
     return found
 
 
+def alive(record):
+    """The pid a record names, while it is still that process (same boot, same start); else None."""
+    pid = record.get("holder_pid") if isinstance(record, dict) else None
+    same = isinstance(pid, int) and record.get("boot_id") == boot_id()
+    return pid if same and proc_start(pid) == record.get("holder_start") else None
+
+
 def break_holder(fd, path, record):
     """Stop the process that holds the lock; True once the flock is ours."""
-    pids = []
-    if record and isinstance(record.get("holder_pid"), int):
-        pid = record["holder_pid"]
-        # The record's pid is only trusted while it is the same process (same boot, same start).
-        if record.get("boot_id") == boot_id() and proc_start(pid) == record.get("holder_start"):
-            pids.append(pid)
+    pid = alive(record)
+    pids = [pid] if pid is not None else []
     if not pids:
         pids = holders_of(path)
     deadline = time.monotonic() + BREAK_WAIT_S
@@ -152,6 +160,13 @@ def break_holder(fd, path, record):
                     os.kill(pid, sig)
         time.sleep(0.1)
     return try_lock(fd)
+
+
+def unmark(breaking_path):
+    """Remove this process's break marker (never another breaker's)."""
+    if (read_record(breaking_path) or {}).get("holder_pid") == os.getpid():
+        with contextlib.suppress(OSError):
+            os.unlink(breaking_path)
 
 
 class Gone(Exception):
@@ -180,6 +195,38 @@ def wait_for_release(info_path, record):
             return None
 
 
+class Refused(Exception):
+    """The lock was not taken: the event already said why; the exit code."""
+
+
+def acquire(fd, path, mode, record):
+    """Take the flock (a `break` stops its holder first): (the broken run's record or None, whether one was
+    broken, the break mark to remove once this run's record is written, or None)."""
+    info_path, breaking_path = path + ".json", path + ".breaking"
+    if try_lock(fd):
+        breaker = read_record(breaking_path)
+        if mode != "break" and alive(breaker) is not None:  # a break is under way: the breaker's flock
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            say(event="busy", holder=breaker)
+            raise Refused(EXIT_BUSY)
+        return None, False, None
+    holder = read_record(info_path)
+    if mode != "break":
+        say(event="busy", holder=holder)
+        raise Refused(EXIT_BUSY)
+    mark = dict(record, holder_pid=os.getpid(), holder_start=proc_start(os.getpid()), boot_id=boot_id())
+    try:
+        write_record(breaking_path, mark)
+    except OSError as exc:
+        say(event="error", msg=f"cannot write {breaking_path}: {exc}")
+        raise Refused(1) from exc
+    if not break_holder(fd, path, holder):
+        unmark(breaking_path)
+        say(event="error", msg=f"the holder of {path} did not stop within {BREAK_WAIT_S:.0f}s")
+        raise Refused(1)
+    return holder, True, breaking_path
+
+
 def main(argv):
     state_dir, mode, record = argv[0], argv[1], json.loads(argv[2])
     signal.signal(signal.SIGTERM, on_signal)
@@ -192,16 +239,10 @@ def main(argv):
     except OSError as exc:
         say(event="error", msg=f"cannot open the lock in {state_dir}: {exc}")
         return 1
-    broken, broke = None, False
-    if not try_lock(fd):
-        holder = read_record(info_path)
-        if mode != "break":
-            say(event="busy", holder=holder)
-            return EXIT_BUSY
-        if not break_holder(fd, path, holder):
-            say(event="error", msg=f"the holder of {path} did not stop within {BREAK_WAIT_S:.0f}s")
-            return 1
-        broken, broke = holder, True
+    try:
+        broken, broke, mark = acquire(fd, path, mode, record)
+    except Refused as exc:
+        return exc.args[0]
     previous = None if broke else read_record(info_path)
     record.update(
         holder_pid=os.getpid(),
@@ -215,6 +256,9 @@ def main(argv):
     except OSError as exc:
         say(event="error", msg=f"cannot write {info_path}: {exc}")
         return 1
+    finally:
+        if mark:
+            unmark(mark)
     say(event="held", previous=previous, broke=broke, broken=broken, record=record)
     try:
         why = wait_for_release(info_path, record)
