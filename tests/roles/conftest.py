@@ -1,4 +1,5 @@
-"""Fixtures of the role scenarios' verify step (molecule/<role>/, one lab each; SPARKFLEET_LAB names it).
+"""Fixtures of the role scenarios' verify step (molecule/<role>/; SPARKFLEET_LAB names the lab: a 1-node
+role's own, or the shared two-node lab of the walk, molecule/default).
 
 The same fixtures as the cluster scenarios' tests (tests/lab/conftest.py: lab, node, play), loaded from
 there rather than written twice. Each molecule/<role>/molecule.yml selects its module with `-k`.

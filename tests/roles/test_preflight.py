@@ -1,26 +1,21 @@
-"""Role preflight on a two-node lab (molecule/preflight). That it passes on a good lab and changes nothing
-is what converge, idempotence and check showed; here the nodes are made wrong in ways it must catch and
-it must fail naming what and where, having changed nothing: a busy API port on the head; GPU clock caps
-that differ between the nodes (read through the one clock state reader)."""
+"""Role preflight on the walk's two-node lab (molecule/preflight, on molecule/default's lab), with the lab's
+own pins. That it passes on a good lab and changes nothing is what converge, idempotence and check showed;
+here the nodes are made wrong in ways it must catch and it must fail naming what and where, having changed
+nothing: a busy API port on the head; GPU clock caps that differ between the nodes (read through the one
+clock state reader)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 pytestmark = pytest.mark.usefixtures("lab")
-PINS = Path(__file__).resolve().parents[2] / "molecule/preflight/vars/pins.yml"
 
 
 @pytest.fixture(scope="module")
 def preflight(play):
-    pins = yaml.safe_load(PINS.read_text())["sparkfleet_pins"]
-
     def run():
         events = []
-        result = play("playbooks/preflight.yml", extravars={"sparkfleet_pins": pins}, on_event=events.append)
+        result = play("playbooks/preflight.yml", on_event=events.append)
         text = "\n".join(str((e.get("event_data") or {}).get("res", {}).get("msg", "")) for e in events)
         assert all(stats.changed == 0 for stats in result.hosts.values())
         return result, text
