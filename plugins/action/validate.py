@@ -17,6 +17,16 @@ Each problem names the variable, its value and the fix. With `collect: true` (pr
 fact instead of failing, so preflight can report every role's problems at once. Layer 1 imports each
 role's tasks/validate.yml, so each role's variables come from Ansible's own precedence, as when the role
 runs; the variables a role refused are carried to the next (`sparkfleet_validation_refused`).
+
+Templates render with the variables the role's checks can reach, not all of the host's: the names in the
+rules, the options and `uniform`, and, again and again, every name in those variables' values as written
+(a default such as "{{ sparkfleet_state_dir }}/clocks" reaches sparkfleet_state_dir). A name is any word
+of a string, so a filter's name or a word in a message only adds a variable that is not used; `hostvars`
+renders another host's variables with all of that host's. Ansible wraps every variable of the context
+at each render (a few hundred in layer 1, where every role's defaults are in play), which was most of
+this action's time. Where a check may read a variable that no word of it names (the words `vars`,
+`varnames`, `lookup`, `query`, `q`: a lookup reads variables of its own, e.g. the file lookup's
+ansible_search_path), the role keeps all of them.
 """
 
 from __future__ import annotations
@@ -80,6 +90,42 @@ def hint(spec: dict) -> str:
 def show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a check that reads variables no word of it names: `vars[...]`, and any lookup (the vars and varnames
+# lookups name them at run time; the file lookups read ansible_search_path; the template lookup reads all)
+DYNAMIC_NAMES = frozenset(("vars", "varnames", "lookup", "query", "q"))
+
+
+def words(value: Any, out: set[str]) -> set[str]:
+    """Every word in the strings of `value` (keys and items of containers too), added to `out`."""
+    if isinstance(value, str):
+        out.update(_WORD.findall(value))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            words(k, out)
+            words(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            words(v, out)
+    return out
+
+
+def reachable(roots: set[str], variables: dict[str, Any]) -> set[str] | None:
+    """The variables `roots` reach through the words of their values as written; None when a dynamic
+    name (vars, varnames, lookup, query, q) is among the words met."""
+    found: set[str] = set()
+    seen = set(roots)  # every word met on the way, variable or not
+    todo = [n for n in roots if n in variables]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            named = words(variables[name], set())
+            seen |= named
+            todo += [w for w in named if w in variables and w not in found]
+    return None if DYNAMIC_NAMES & seen else found
 
 
 def names_any(template: str, names: set[str]) -> bool:
@@ -174,6 +220,18 @@ class ActionModule(ActionBase):
     def _derived(name: str, task_vars: dict, defaults: dict) -> bool:
         raw = defaults.get(name)
         return raw is not None and "{{" in str(raw) and str(task_vars.get(name)) == str(raw)
+
+    SCOPE_VARIABLES = True  # False: render with every variable of the host (the unit tests compare)
+
+    def _scoped_templar(self, options: dict, task_vars: dict) -> Any:
+        """The task's templar, with the variables this role's checks can reach (module docstring)."""
+        if not self.SCOPE_VARIABLES:
+            return self._templar
+        roots = words(self._task.args.get("rules"), set(options) | set(self._task.args.get("uniform") or []))
+        scope = reachable(roots, task_vars)
+        if scope is None:
+            return self._templar
+        return self._templar.copy_with_new_env(available_variables={n: task_vars[n] for n in scope})
 
     # ---- the three steps -----------------------------------------------------------------------
     def _check_spec(
@@ -342,7 +400,7 @@ class ActionModule(ActionBase):
             result.update(changed=False, ansible_facts=empty, msg="verdict reset")
             return result
         role, options, defaults = self._role_files()
-        self._t = self._templar
+        self._t = self._scoped_templar(options, task_vars)
         collect = self._task.args.get("collect")
         if collect is None:
             collect = task_vars.get("sparkfleet_validate_collect", False)

@@ -626,6 +626,47 @@ def test_reused_compiles_give_the_verdict_that_fresh_compiles_give(tmp_path):
     assert any("sparkfleet_pins.model.revision='afc7aa0a' is a short commit" in w for w in fresh["warnings"])
 
 
+def _validate_action():
+    layer1._load_plugins()
+    import importlib
+
+    return importlib.import_module("ansible_collections.sparkfleet.cluster.plugins.action.validate")
+
+
+def test_variables_in_scope_give_the_verdict_that_every_variable_gives(tmp_path, monkeypatch):
+    """The validate action renders with the variables a role's checks can reach (plugins/action/validate.py's
+    docstring): for the good inventory of each topology and every 8th case of the table, the whole verdict,
+    every problem and warning in order, is the one rendering with every variable of the host gives."""
+    action = _validate_action()
+    cases = [
+        ("good-tp2", "tp2", lambda inv: None, None),
+        ("good-tp3", "tp3", lambda inv: None, None),
+        *CASES[::8],
+    ]
+    paths = [inventory_of(tmp_path / case[0], case) for case in cases]
+    scoped = [layer1.verdict(path) for path in paths]
+    monkeypatch.setattr(action.ActionModule, "SCOPE_VARIABLES", False)
+    every = [layer1.verdict(path) for path in paths]
+    for case, a, b in zip(cases, scoped, every, strict=True):
+        assert a == b, case[0]
+    assert sum(bool(v["problems"]) for v in scoped) == len(cases) - 2
+
+
+def test_a_variable_reaches_what_its_value_names_and_a_dynamic_name_keeps_them_all():
+    action = _validate_action()
+    variables = {"a": "{{ b | default(0) }}/x", "b": ["{{ c }}"], "c": 1, "d": "{{ a }}", "e": 2}
+    assert action.reachable({"a", "unset"}, variables) == {
+        "a",
+        "b",
+        "c",
+    }  # not d (names a), not e, not default
+    assert action.reachable({"e"}, variables) == {"e"}
+    assert action.reachable({"a"}, {**variables, "c": "{{ vars['e'] }}"}) is None
+    assert action.reachable({"varnames", "e"}, variables) is None  # in a rule: lookup('varnames', ...)
+    # the file lookup reads ansible_search_path, which no word of the rule names
+    assert action.reachable({"lookup", "a"}, variables) is None
+
+
 def test_layer_1_in_process_never_uses_a_connection(tmp_path):
     """The double connection raises on any use: a validate action that reached for a node would fail."""
     from ansible.playbook.play_context import PlayContext
