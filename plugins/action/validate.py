@@ -31,6 +31,7 @@ ansible_search_path), the role keeps all of them.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,28 @@ def placeholders(name: str, value: Any) -> list[str]:
     return []
 
 
+_TYPE_PROBLEMS: dict[tuple, str | None] = {}
+_PLAIN = (bool, int, float, str, list, dict, type(None))
+
+
 def type_problem(name: str, value: Any, spec: dict) -> str | None:
-    """One option against its spec (without defaults: only the value given)."""
+    """One option against its spec (without defaults: only the value given). Ansible's validator copies the
+    spec and the value at each call; the answer for the same name, spec and value (its plain type and its
+    repr, which is all the checks and the message look at) is kept for this process (every node of a
+    cluster usually has the same values)."""
+    plain = next((t for t in _PLAIN if isinstance(value, t)), type(value))
+    try:
+        key = (name, json.dumps(spec, sort_keys=True, default=repr), plain, repr(value))
+    except (TypeError, ValueError):
+        return _type_problem(name, value, spec)
+    if key not in _TYPE_PROBLEMS:
+        if len(_TYPE_PROBLEMS) > 20000:
+            _TYPE_PROBLEMS.clear()
+        _TYPE_PROBLEMS[key] = _type_problem(name, value, spec)
+    return _TYPE_PROBLEMS[key]
+
+
+def _type_problem(name: str, value: Any, spec: dict) -> str | None:
     one = {k: v for k, v in spec.items() if k not in ("default", "required", "description", "version_added")}
     if spec.get("type") == "bool" and not isinstance(value, bool):
         return f"{name}={show(value)}: expected {expected(spec)}; {hint(spec)}"

@@ -635,13 +635,13 @@ def _validate_action():
 
 def test_variables_in_scope_give_the_verdict_that_every_variable_gives(tmp_path, monkeypatch):
     """The validate action renders with the variables a role's checks can reach (plugins/action/validate.py's
-    docstring): for the good inventory of each topology and every 8th case of the table, the whole verdict,
+    docstring): for the good inventory of each topology and every 16th case of the table, the whole verdict,
     every problem and warning in order, is the one rendering with every variable of the host gives."""
     action = _validate_action()
     cases = [
         ("good-tp2", "tp2", lambda inv: None, None),
         ("good-tp3", "tp3", lambda inv: None, None),
-        *CASES[::8],
+        *CASES[::16],
     ]
     paths = [inventory_of(tmp_path / case[0], case) for case in cases]
     scoped = [layer1.verdict(path) for path in paths]
