@@ -28,15 +28,22 @@ class FakeClock:
         return self.now
 
 
-def record(tmp_path_factory: pytest.TempPathFactory, playbook: str, **kw) -> tuple[list[dict], object]:
+def record(
+    tmp_path_factory: pytest.TempPathFactory, playbook: str, seen=None, **kw
+) -> tuple[list[dict], object]:
+    """The events of a real run of `playbook`; `seen` is called with each one as it comes."""
     events: list[dict] = []
     runs = tmp_path_factory.mktemp("runs")
     mp = pytest.MonkeyPatch()
     mp.setenv("SPARKFLEET_RUNS_DIR", str(runs))
+
+    def on_event(event: dict) -> None:
+        events.append(event)
+        if seen is not None:
+            seen(event)
+
     try:
-        result = run_playbook(
-            PB / playbook, [LOCAL], project_dir=REPO, quiet=True, on_event=events.append, **kw
-        )
+        result = run_playbook(PB / playbook, [LOCAL], project_dir=REPO, quiet=True, on_event=on_event, **kw)
     finally:
         mp.undo()
     return events, result
@@ -49,8 +56,15 @@ def fail_run(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory: pytest.TempPathFactory):
+    """long.yml's async job runs until its first poll has been seen (the gate file): on a busy machine a
+    fixed sleep could end before Ansible's first poll, and the run then has no poll event."""
     work = tmp_path_factory.mktemp("work")
-    return record(tmp_path_factory, "long.yml", extravars={"workdir": str(work)})
+
+    def seen(event: dict) -> None:
+        if event.get("event") == "runner_on_async_poll":
+            (work / "polled").touch()
+
+    return record(tmp_path_factory, "long.yml", seen=seen, extravars={"workdir": str(work)})
 
 
 @pytest.fixture(scope="module")
