@@ -26,7 +26,9 @@ renders another host's variables with all of that host's. Ansible wraps every va
 at each render (a few hundred in layer 1, where every role's defaults are in play), which was most of
 this action's time. Where a check may read a variable that no word of it names (the words `vars`,
 `varnames`, `lookup`, `query`, `q`: a lookup reads variables of its own, e.g. the file lookup's
-ansible_search_path), the role keeps all of them.
+ansible_search_path), the role keeps all of them. The rules then read each option as the spec step rendered
+it: ansible-core 2.19 compiles a template again at every render, and a role default written as a template
+was rendered again by every rule that read it.
 """
 
 from __future__ import annotations
@@ -261,6 +263,7 @@ class ActionModule(ActionBase):
         problems: list[str] = []
         bad: set[str] = set(self.carried_bad)
         self.derived: set[str] = set()
+        self.rendered: dict[str, Any] = {}
         for name, spec in options.items():
             state, value = self._value(name, task_vars, defaults)
             if state == "unset":
@@ -275,6 +278,7 @@ class ActionModule(ActionBase):
                 problems.append(value)
                 bad.add(name)
                 continue
+            self.rendered[name] = value
             if self._derived(name, task_vars, defaults):
                 self.derived.add(name)
                 # the role's default, computed from another variable (e.g. sparkfleet_pins): the owner of that
@@ -400,6 +404,11 @@ class ActionModule(ActionBase):
         }
         self.raw_values = values
         problems, bad = self._check_spec(options, values, defaults, conditional)
+        if self.rendered:
+            # the rules read the options as just rendered: a value written as a template (a role default
+            # such as "{{ sparkfleet_state_dir }}/clocks") is not compiled and rendered again by each rule
+            known = {**self._t.available_variables, **self.rendered}
+            self._t = self._t.copy_with_new_env(available_variables=known)
         uniform = self._uniform_values(list(args.get("uniform") or []), values, bad)
         hints = {name: hint(spec) for name, spec in options.items()}
         problems += self._check_rules(rules, bad, hints)
