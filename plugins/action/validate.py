@@ -311,6 +311,9 @@ class ActionModule(ActionBase):
         for name in names:
             if name in bad or name not in task_vars:
                 continue
+            if name in self.rendered:  # an option: the spec step rendered it already
+                values[name] = self.rendered[name]
+                continue
             try:
                 values[name] = self._t.template(task_vars[name])
             except AnsibleError:
