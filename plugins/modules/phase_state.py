@@ -303,7 +303,8 @@ def main() -> None:
             "units": {"type": "list", "elements": "str", "default": []},
             "data": {"type": "dict", "default": {}},
             "systemctl": {"type": "path", "default": "systemctl"},
-            "passwd_of": {"type": "str"},
+            # a user name, not a secret: no_log False says so (Ansible warns of any option named like "pass")
+            "passwd_of": {"type": "str", "no_log": False},
             "inputs": {"type": "dict", "default": {}},  # hashed by the action plugin, never sent here
         },
         required_if=[("state", "read", ["digest"]), ("state", "record", ["digest"])],
