@@ -25,6 +25,7 @@ def lab(tmp_path, monkeypatch):
         rail_ports={
             f"{r.index}{side}": 41000 + 2 * r.index + (side == "b") for r in lab.rails() for side in "ab"
         },
+        lan_port=42000,
     )
     return lab
 
@@ -34,8 +35,8 @@ def _netdevs(argv: list[str]) -> list[str]:
 
 
 def test_each_rail_is_a_udp_link_whose_ends_point_at_each_other(lab):
-    one = [n for n in _netdevs(lab.qemu_argv(1, "spark1")) if n.startswith("socket,")]
-    two = [n for n in _netdevs(lab.qemu_argv(2, "spark2")) if n.startswith("socket,")]
+    one = [n for n in _netdevs(lab.qemu_argv(1, "spark1")) if n.startswith("socket,id=rail")]
+    two = [n for n in _netdevs(lab.qemu_argv(2, "spark2")) if n.startswith("socket,id=rail")]
     assert len(one) == len(two) == len(lab.rails()) == 2
     for a, b in zip(one, two, strict=True):
         fa = dict(kv.split("=", 1) for kv in a.split(",")[1:])
@@ -48,6 +49,22 @@ def test_management_nic_has_no_route_out_and_ssh_only_on_loopback(lab):
     mgmt = next(n for n in _netdevs(lab.qemu_argv(1, "spark1")) if n.startswith("user,"))
     assert "restrict=on" in mgmt.split(",")
     assert "hostfwd=tcp:127.0.23.11:40001-:22" in mgmt.split(",")
+
+
+def test_the_nodes_share_one_management_lan_on_loopback_and_each_lab_has_its_own(lab):
+    lans = [
+        [n for n in _netdevs(lab.qemu_argv(i, h)) if n.startswith("socket,id=lan,")]
+        for i, h in enumerate(lab.hosts, start=1)
+    ]
+    assert all(len(x) == 1 for x in lans), lans
+    fields = [dict(kv.split("=", 1) for kv in x[0].split(",")[2:]) for x in lans]
+    # one multicast group and port for every node of this lab (the hub), sent and joined on loopback only
+    assert {f["mcast"] for f in fields} == {"230.0.23.1:42000"}
+    assert {f["localaddr"] for f in fields} == {"127.0.0.1"}
+    # the port is the lab's own: a free UDP port taken once and kept in its state
+    assert lab.state["lan_port"] == 42000
+    macs = [a for a in lab.qemu_argv(1, "spark1") if a.startswith("virtio-net-pci,netdev=lan,")]
+    assert macs == ["virtio-net-pci,netdev=lan,mac=52:54:00:5f:01:10"]
 
 
 def test_rail_nics_carry_jumbo_frames(lab):
@@ -71,11 +88,18 @@ def test_the_guest_is_told_the_spark_names_and_hcas_of_its_ports(lab):
     lines = lab._fw_cfg(2, "spark2").splitlines()
     assert lines[0] == "hostname spark2"
     assert lines[1] == "authorized_key ssh-ed25519 AAAAkey sparkfleet-lab-unit-vm"
-    names = [line.split()[2] for line in lines if line.startswith("nic ")]
+    nics = [tuple(line.split()[1:]) for line in lines if line.startswith("nic ")]
     rxe = [tuple(line.split()[1:]) for line in lines if line.startswith("rxe ")]
     ends = [end for _rail, _side, end in lab._node_rails(2)]
-    assert names == ["enP7s7", *[e.netdev for e in ends]]
+    assert [name for _mac, name in nics] == ["labssh0", "enP7s7", *[e.netdev for e in ends]]
+    # the controller's NIC (qemu's user network, MAC index 0) and the LAN NIC (index 0x10) by their MACs
+    assert nics[:2] == [("52:54:00:5f:02:00", "labssh0"), ("52:54:00:5f:02:10", "enP7s7")]
     assert rxe == [(e.netdev, e.hca) for e in ends]
+    # the lab's own links: DHCP from qemu on the controller's, the node's LAN address on enP7s7
+    assert [line for line in lines if line.split()[0] in ("dhcp", "address")] == [
+        "dhcp labssh0",
+        "address enP7s7 10.99.0.12/24",
+    ]
 
 
 def test_every_node_gets_its_own_address_in_the_inventory(lab):
@@ -88,6 +112,9 @@ def test_every_node_gets_its_own_address_in_the_inventory(lab):
     worker = cluster["workers"]["hosts"]["spark2"]
     assert (head["ansible_host"], head["ansible_port"]) == ("127.0.23.11", 40001)
     assert (worker["ansible_host"], worker["ansible_port"]) == ("127.0.23.12", 40002)
+    # the plan's management addresses (SSH between the nodes, MASTER_ADDR): the LAN's, not the controller's
+    assert head["sparkfleet_mgmt_address"] == "10.99.0.11"
+    assert worker["sparkfleet_mgmt_address"] == "10.99.0.12"
     assert (lab.inventory_dir / "group_vars/all/10-host.yml").exists()  # the VM lab's own overrides
 
 
@@ -137,3 +164,10 @@ def test_the_arm64_lab_is_one_node_without_rails(tmp_path):
     assert argv.count("-netdev") == 1  # no rails
     smp = int(argv[argv.index("-smp") + 1])
     assert smp <= 2
+    # one NIC, no peers: it is the management link itself (named as a Spark's), on DHCP from qemu
+    lab.key_file.parent.mkdir(parents=True)
+    lab.key_file.with_suffix(".pub").write_text("ssh-ed25519 AAAAkey sparkfleet-lab-unit-arm\n")
+    lines = lab._fw_cfg(1, "spark1").splitlines()
+    links = [line for line in lines if line.split()[0] in ("nic", "dhcp", "address")]
+    assert links == ["nic 52:54:00:5f:01:00 enP7s7", "dhcp enP7s7"]
+    assert lab.mgmt_address("spark1") == "127.0.23.11"

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.usefixtures("lab")
 
 ROOT = Path(__file__).resolve().parents[2]
 NETPLAN = "/etc/netplan/40-sparkfleet-fabric.yaml"
-MGMT = "enP7s7"
+MGMT = "enP7s7"  # the management LAN, as on a Spark
+CTL = "labssh0"  # the lab's own way in from the controller (qemu's user network)
 RATE = "200 Gb/sec (4X HDR)"  # what rxe derives from the 200000 Mb/s the lab's rail NICs announce
 
 
@@ -40,7 +41,7 @@ def plan(lab) -> dict:
     mod = _load("sparkfleet_plan_vm", ROOT / "plugins/filter/plan.py")
     d = yaml.safe_load((ROOT / "roles/cluster_plan/defaults/main.yml").read_text())
     hosts = {
-        h: {"node": n, "mgmt_address": lab.ssh_address(h), "group": "head" if n == 1 else "workers"}
+        h: {"node": n, "mgmt_address": lab.mgmt_address(h), "group": "head" if n == 1 else "workers"}
         for n, h in enumerate(lab.hosts, start=1)
     }
     return mod.cluster_plan(
@@ -128,10 +129,16 @@ def test_networkmanager_owns_every_rail_and_the_management_link_is_left_alone(la
             assert values == want, (host, dev, values)
             # the connection is netplan's, generated from the role's file at boot (not a keyfile of its own)
             assert files[con] == f"/run/NetworkManager/system-connections/{con}.nmconnection", files
-        # the management link: the lab's own netplan connection with its DHCP address
+        # the lab's own links, as the lab's netplan file made them (not the role's): the management LAN with
+        # the node's address, the controller's NIC with qemu's DHCP address
         con, state = _nmcli(h, "GENERAL.CONNECTION,GENERAL.STATE", "device", "show", MGMT)
         assert (con, state) == (f"netplan-{MGMT}", "100 (connected)")
-        assert "10.0.2.15" in h.interface(MGMT).addresses, n
+        lan = ip_json(h)[MGMT]["addr_info"]
+        v4 = [f"{a['local']}/{a['prefixlen']}" for a in lan if a["family"] == "inet"]
+        assert v4 == [f"{lab.mgmt_address(host)}/24"], (host, v4)
+        con, state = _nmcli(h, "GENERAL.CONNECTION,GENERAL.STATE", "device", "show", CTL)
+        assert (con, state) == (f"netplan-{CTL}", "100 (connected)")
+        assert "10.0.2.15" in h.interface(CTL).addresses, n
 
 
 def test_jumbo_frames_reach_the_peer_on_every_rail(lab, node, plan):

@@ -2,20 +2,22 @@
 
 `VmLab(name, topology).up()` makes (or finds) everything, idempotently:
   the cached guest disk (vm/image.py) → per node a copy-on-write overlay, an SSH host key and the lab's key
-  (handed to the guest by qemu fw_cfg) → one qemu per node: a management NIC (qemu user-mode network,
-  restricted: no route out; SSH forwarded from 127.0.23.<10+node>:<port>) and one NIC per rail of each
-  cable (a UDP point-to-point link between the two qemus on 127.0.0.1, MTU 9000) → SSH and known_hosts →
-  an inventory layered on inventory/<topology>.
+  (handed to the guest by qemu fw_cfg) → one qemu per node: the controller's NIC `labssh0` (qemu user-mode
+  network, restricted: no route out; SSH forwarded from 127.0.23.<10+node>:<port>), the management LAN NIC
+  `enP7s7` (10.99.0.<10+node>/24 on a hub of the lab's own: qemu's multicast socket on 127.0.0.1, a UDP port
+  per lab, so the nodes reach each other as Sparks do on their LAN) and one NIC per rail of each cable (a UDP
+  point-to-point link between the two qemus on 127.0.0.1, MTU 9000) → SSH and known_hosts → an inventory
+  layered on inventory/<topology>, with each node's LAN address as its `sparkfleet_mgmt_address`.
 Inside, each node has its own kernel, GRUB, systemd, swap and sysctls; its interfaces get a Spark's names and
 every rail a soft-RoCE device (rdma_rxe) named as the ConnectX-7 HCA (vm/overlay). A reboot is a real one: the
 guest resets inside the same qemu process.
 `down()` stops the lab's qemus (by their pid files) and removes the state directory: nothing else was made.
 
-`VmLab(name, arch="arm64")` is the one-node arm64 lab (README "The 64K kernel"): spark1 alone, no rails,
-under qemu-system-aarch64 (virt, TCG, `-cpu max`: every page size) with UEFI firmware (AAVMF; a copy of its
-variable store per node), on the arm64 disk of vm/image.py; its inventory takes the TP2 example's group_vars
-(copied: the TP2 inventory's hosts.yml names a second node) and aims the 64k profile at the image's 16K-page
-Debian kernel.
+`VmLab(name, arch="arm64")` is the one-node arm64 lab (README "The 64K kernel"): spark1 alone, no rails and
+no LAN (its one NIC, the controller's, is named enP7s7), under qemu-system-aarch64 (virt, TCG, `-cpu max`:
+every page size) with UEFI firmware (AAVMF; a copy of its variable store per node), on the arm64 disk of
+vm/image.py; its inventory takes the TP2 example's group_vars (copied: the TP2 inventory's hosts.yml names a
+second node) and aims the 64k profile at the image's 16K-page Debian kernel.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ from sparkfleet_lab.core import NAME_RE, LabError, default_project_dir
 from sparkfleet_lab.lab_base import LabPaths
 from sparkfleet_lab.vm import image
 
-MGMT_IFACE = "enP7s7"
+MGMT_IFACE = "enP7s7"  # the management LAN, as on a Spark: SSH between the nodes, NCCL_SOCKET_IFNAME
+CTL_IFACE = "labssh0"  # the controller's way in (qemu user network): the lab's, not a Spark's
+LAN_GROUP = "230.0.23.1"  # the LAN hub: a multicast group on loopback (a UDP port of its own per lab)
+LAN_PREFIX = "10.99.0"  # the LAN's /24; no rail subnet (10.<lo><hi>.<rail>.0/24) can be 10.99
+LAN_NIC = 0x10  # the LAN NIC's index in the node's MACs (0: the controller's, 1..: the rails)
 NODE_USER = "spark"
 MEMORY_MIB = int(os.environ.get("SPARKFLEET_VM_MEMORY_MIB", "1280"))
 ARM64_MEMORY_MIB = int(os.environ.get("SPARKFLEET_VM_ARM64_MEMORY_MIB", "1536"))
@@ -151,6 +157,15 @@ class VmLab(LabPaths):
     def ssh_port(self, host: str) -> int:
         return int(self.state["ports"][host])
 
+    @property
+    def has_lan(self) -> bool:
+        """Every amd64 lab has the management LAN; the one-node arm64 lab has no peer to reach."""
+        return self.arch != "arm64"
+
+    def mgmt_address(self, host: str) -> str:
+        """A node's address on the management LAN (enP7s7): its peers reach it there, as on real Sparks."""
+        return f"{LAN_PREFIX}.{10 + self.hosts.index(host) + 1}" if self.has_lan else self.ssh_address(host)
+
     def _save_state(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_dir / "state.json.partial"
@@ -169,6 +184,9 @@ class VmLab(LabPaths):
             "rail_ports",
             {f"{r.index}{side}": _free_port(socket.SOCK_DGRAM) for r in self.rails() for side in "ab"},
         )
+        if self.has_lan:
+            # the LAN hub's UDP port: a free one, so that two labs' LANs never meet
+            self.state.setdefault("lan_port", _free_port(socket.SOCK_DGRAM))
         self._save_state()
         self._ensure_keys()
         started = {}
@@ -222,6 +240,12 @@ class VmLab(LabPaths):
             "-vga",
             "none",
             *self._qemu_common(n, host),
+            # the management LAN: every node of the lab on one multicast group, sent and joined on loopback
+            # only (localaddr), so its frames never leave this machine
+            "-netdev",
+            f"socket,id=lan,mcast={LAN_GROUP}:{self.state['lan_port']},localaddr=127.0.0.1",
+            "-device",
+            f"virtio-net-pci,netdev=lan,mac={self._mac(n, LAN_NIC)}",
         ]
         for i, (rail, side, _end) in enumerate(self._node_rails(n), start=1):
             other = "b" if side == "a" else "a"
@@ -262,7 +286,7 @@ class VmLab(LabPaths):
 
     def _qemu_common(self, n: int, host: str) -> list[str]:
         """Every node's qemu, either arch: no display, the console to a file, the disk, fw_cfg, the
-        management NIC."""
+        controller's NIC."""
         d = self.node_dir(host)
         return [
             "-display",
@@ -280,7 +304,7 @@ class VmLab(LabPaths):
             f"name=opt/sparkfleet/config,file={d / 'fw_cfg.conf'}",
             "-fw_cfg",
             f"name=opt/sparkfleet/hostkey,file={d / 'ssh_host_ed25519_key'}",
-            # management: no route out of the lab (restrict), SSH from the controller only
+            # the controller's NIC: no route out of the lab (restrict), SSH from the controller only
             "-netdev",
             f"user,id=mgmt,restrict=on,hostfwd=tcp:{self.ssh_address(host)}:{self.ssh_port(host)}-:22",
             "-device",
@@ -292,7 +316,14 @@ class VmLab(LabPaths):
             f"hostname {host}",
             f"authorized_key {self.key_file.with_suffix('.pub').read_text().strip()}",
         ]
-        lines.append(f"nic {self._mac(n, 0)} {MGMT_IFACE}")
+        if self.has_lan:
+            lines.append(f"nic {self._mac(n, 0)} {CTL_IFACE}")
+            lines.append(f"dhcp {CTL_IFACE}")
+            lines.append(f"nic {self._mac(n, LAN_NIC)} {MGMT_IFACE}")
+            lines.append(f"address {MGMT_IFACE} {self.mgmt_address(host)}/24")
+        else:
+            lines.append(f"nic {self._mac(n, 0)} {MGMT_IFACE}")
+            lines.append(f"dhcp {MGMT_IFACE}")
         for i, (_rail, _side, end) in enumerate(self._node_rails(n), start=1):
             lines.append(f"nic {self._mac(n, i)} {end.netdev}")
         for _rail, _side, end in self._node_rails(n):
@@ -402,7 +433,10 @@ class VmLab(LabPaths):
         head, *workers = self.hosts
 
         def hv(h: str) -> dict:
-            return {"ansible_host": self.ssh_address(h), "ansible_port": self.ssh_port(h)}
+            out = {"ansible_host": self.ssh_address(h), "ansible_port": self.ssh_port(h)}
+            if self.has_lan:
+                out["sparkfleet_mgmt_address"] = self.mgmt_address(h)  # where its peers reach it
+            return out
 
         hosts = {
             "all": {
@@ -484,7 +518,8 @@ class VmLab(LabPaths):
             state = "running" if self.running(host) else "stopped"
             port = self.state.get("ports", {}).get(host, "-")
             where = f"{self.ssh_address(host)}:{port}"
-            lines.append(f"  {host:<7} qemu {state:<8} mgmt {MGMT_IFACE} ssh {where}")
+            lan = f"mgmt {MGMT_IFACE} {self.mgmt_address(host)}" if self.has_lan else f"mgmt {MGMT_IFACE}"
+            lines.append(f"  {host:<7} qemu {state:<8} {lan} ssh {where}")
             for rail, _side, end in self._node_rails(n):
                 lines.append(f"          {end.netdev:<14} {end.hca:<14} cable {rail.cable} rail {rail.rail}")
         if self.ssh_config.exists():
