@@ -40,12 +40,14 @@ import fcntl
 import json
 import os
 import re
-import socket
 import sys
 import time
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
+
+# Every call of nvidia-smi is a Python process of its own (the boot unit, each Ansible task, every test
+# query), so what is imported at start counts: socket and uuid are imported where the UUID and serial are
+# made, and the four record classes are plain classes (dataclasses and its inspect import were about a
+# third of a call's start).
 
 DRIVER_VERSION = "580.159.04"
 CUDA_VERSION = "13.0"
@@ -101,10 +103,12 @@ def state_dir() -> Path:
     return Path(os.environ.get("SPARKFLEET_NVIDIA_SIM_DIR", "/run/nvidia-sim"))
 
 
-@dataclass
 class GpuState:
-    persistence: bool = False
-    lock: list[int] | None = None  # [min, max] MHz as requested
+    __slots__ = ("lock", "persistence")
+
+    def __init__(self, persistence: bool = False, lock: list[int] | None = None) -> None:
+        self.persistence = persistence
+        self.lock = lock  # [min, max] MHz as requested
 
     @classmethod
     def load(cls, path: Path) -> GpuState:
@@ -195,21 +199,35 @@ def landed_clock(request_mhz: int) -> int:
 
 
 # ---- the GPU as seen by a query --------------------------------------------------------------------
-@dataclass
 class Process:
-    pid: int
-    name: str
+    __slots__ = ("name", "pid")
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.pid = pid
+        self.name = name
 
 
-@dataclass
 class Snapshot:
-    state: GpuState
-    processes: list[Process] = field(default_factory=list)
-    latched: bool = False
-    ignores_lock: bool = False
-    load_mhz: int | None = None  # the `load` switch's power-capped clock; None: switched off
-    load_since: float | None = None
-    idle_mhz: int = IDLE_SM_MHZ
+    __slots__ = ("idle_mhz", "ignores_lock", "latched", "load_mhz", "load_since", "processes", "state")
+
+    def __init__(
+        self,
+        state: GpuState,
+        *,
+        processes: list[Process] | None = None,
+        latched: bool = False,
+        ignores_lock: bool = False,
+        load_mhz: int | None = None,  # the `load` switch's power-capped clock; None: switched off
+        load_since: float | None = None,
+        idle_mhz: int = IDLE_SM_MHZ,
+    ) -> None:
+        self.state = state
+        self.processes = processes if processes is not None else []
+        self.latched = latched
+        self.ignores_lock = ignores_lock
+        self.load_mhz = load_mhz
+        self.load_since = load_since
+        self.idle_mhz = idle_mhz
 
     @property
     def busy(self) -> bool:
@@ -288,11 +306,19 @@ class Snapshot:
 
     @property
     def uuid(self) -> str:
-        return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, "gb10." + socket.gethostname()))
+        return "GPU-" + str(_host_uuid("gb10."))
 
     @property
     def serial(self) -> str:
-        return "1" + str(uuid.uuid5(uuid.NAMESPACE_DNS, "serial." + socket.gethostname()).int)[:12]
+        return "1" + str(_host_uuid("serial.").int)[:12]
+
+
+def _host_uuid(prefix: str):  # a uuid.UUID: its module is imported here, not at start
+    """This node's UUID of a kind: the same on every call on a node, different between nodes."""
+    import socket
+    import uuid
+
+    return uuid.uuid5(uuid.NAMESPACE_DNS, prefix + socket.gethostname())
 
 
 def _cmdline(proc_root: Path, pid: int) -> list[str]:
@@ -352,11 +378,13 @@ def snapshot() -> Snapshot:
 NA = "[N/A]"
 
 
-@dataclass(frozen=True)
 class Field:
-    header: str
-    unit: str | None
-    value: object  # callable(Snapshot) -> str
+    __slots__ = ("header", "unit", "value")
+
+    def __init__(self, header: str, unit: str | None, value: object) -> None:
+        self.header = header
+        self.unit = unit
+        self.value = value  # callable(Snapshot) -> str
 
 
 def _mhz(fn):
