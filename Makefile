@@ -50,7 +50,7 @@ lint: venv
 	$(PY) scripts/check-docs.py
 
 unit: venv
-	$(BIN)/pytest -q -n 2 --dist loadgroup tests/unit
+	$(BIN)/pytest -q -n 4 --dist loadgroup tests/unit
 
 # lint then unit tests, one after the other: CPU work; `make test` runs them beside the lab side
 checks: venv
