@@ -171,3 +171,18 @@ def test_the_arm64_lab_is_one_node_without_rails(tmp_path):
     links = [line for line in lines if line.split()[0] in ("nic", "dhcp", "address")]
     assert links == ["nic 52:54:00:5f:01:00 enP7s7", "dhcp enP7s7"]
     assert lab.mgmt_address("spark1") == "127.0.23.11"
+
+
+def test_a_tp3_lab_takes_the_tp2_examples_pins_not_the_tp3_placeholders(lab):
+    import yaml
+
+    t3 = VmLab(name="unit-t3", topology_name="tp3", project_dir=lab.project_dir, say=lambda _m: None)
+    t3.state.update(ports={h: 40001 + i for i, h in enumerate(t3.hosts)})
+    t3._write_inventory()
+    pins = yaml.safe_load((t3.inventory_dir / "group_vars/all/00-lab.yml").read_text())["sparkfleet_pins"]
+    tp2 = yaml.safe_load((lab.project_dir / "inventory/tp2/group_vars/all/pins.yml").read_text())
+    assert pins == tp2["sparkfleet_pins"]
+    assert "CHANGE-ME" not in yaml.safe_dump(pins)
+    hosts = yaml.safe_load((t3.inventory_dir / "hosts.yml").read_text())["all"]["children"]["cluster"]
+    workers = hosts["children"]["workers"]["hosts"]
+    assert [w["sparkfleet_mgmt_address"] for w in workers.values()] == ["10.99.0.12", "10.99.0.13"]

@@ -459,8 +459,10 @@ class VmLab(LabPaths):
         (self.inventory_dir / "hosts.yml").write_text(
             header + "---\n" + yaml.safe_dump(hosts, sort_keys=False, width=1000)
         )
+        # The TP2 example's pins, whatever the topology: the VM lab fetches no weights and builds no engine
+        # (it has no hub), and the TP3 example's pins are placeholders that sparkfleet's own check refuses
         base_pins = yaml.safe_load(
-            (self.project_dir / "inventory" / self.topology / "group_vars" / "all" / "pins.yml").read_text()
+            (self.project_dir / "inventory" / "tp2" / "group_vars" / "all" / "pins.yml").read_text()
         )["sparkfleet_pins"]
         lab_vars = {
             "sparkfleet_lab": True,
