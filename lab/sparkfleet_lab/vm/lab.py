@@ -316,14 +316,12 @@ class VmLab(LabPaths):
             f"hostname {host}",
             f"authorized_key {self.key_file.with_suffix('.pub').read_text().strip()}",
         ]
+        # the controller's NIC, on qemu's DHCP; without a LAN it is the management link itself
+        ctl = CTL_IFACE if self.has_lan else MGMT_IFACE
+        lines += [f"nic {self._mac(n, 0)} {ctl}", f"dhcp {ctl}"]
         if self.has_lan:
-            lines.append(f"nic {self._mac(n, 0)} {CTL_IFACE}")
-            lines.append(f"dhcp {CTL_IFACE}")
-            lines.append(f"nic {self._mac(n, LAN_NIC)} {MGMT_IFACE}")
-            lines.append(f"address {MGMT_IFACE} {self.mgmt_address(host)}/24")
-        else:
-            lines.append(f"nic {self._mac(n, 0)} {MGMT_IFACE}")
-            lines.append(f"dhcp {MGMT_IFACE}")
+            lan = self._mac(n, LAN_NIC)
+            lines += [f"nic {lan} {MGMT_IFACE}", f"address {MGMT_IFACE} {self.mgmt_address(host)}/24"]
         for i, (_rail, _side, end) in enumerate(self._node_rails(n), start=1):
             lines.append(f"nic {self._mac(n, i)} {end.netdev}")
         for _rail, _side, end in self._node_rails(n):
