@@ -7,7 +7,7 @@ play and its tasks are loaded from playbooks/preflight.yml by Ansible's Play loa
 collection's own action plugin (sparkfleet.cluster.validate) found by Ansible's plugin loader, in the
 task order of the play, with the facts a task returns set on the host as the executor does; the verdict
 is the filter playbooks/preflight.yml's second play calls (roles/preflight/tasks/inventory.yml).
-What is not: the strategy, forks and callbacks (three real runs in test_preflight_bad_inventories.py
+What is not: the strategy, forks and callbacks (two real runs in test_preflight_bad_inventories.py
 cover them). The connection is a double that fails the test when anything uses it: layer 1 must never
 touch a node. Facts live in a memory cache of this VariableManager (never the user's fact cache).
 

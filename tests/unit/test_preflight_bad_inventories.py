@@ -5,10 +5,11 @@ one thing. In-process (tests/unit/layer1.py): Ansible's own InventoryManager and
 each host its variables, and the first play of playbooks/preflight.yml (the validate action over every
 role's rules) runs for every host with a connection that fails the test if anything uses it; the
 verdict filter then must list exactly one problem, the case's (naming the variable and the value).
-Three real `ansible-playbook playbooks/preflight.yml` runs prove the playbook does the same: a bad case
+Two real `ansible-playbook playbooks/preflight.yml` runs prove the playbook does the same: a bad case
 fails in layer 1 on localhost and no cluster host shows a change or even a connection attempt (an
-attempt would be `unreachable`: nothing listens on that port); the good inventory passes layer 1 and
-does try to connect, which shows the check above can tell the difference; a short revision warns.
+attempt would be `unreachable`: nothing listens on that port); a good TP3 inventory passes layer 1, warning
+about its short model revision (accepted), and does try to connect, which shows the check above can tell
+the difference.
 """
 
 from __future__ import annotations
@@ -676,13 +677,13 @@ def test_layer_1_in_process_never_uses_a_connection(tmp_path):
         conn.exec_command("true")
 
 
-# Three real runs of the playbook (ansible-playbook, its callbacks and its exit code), two at a time.
+# Two real runs of the playbook (ansible-playbook, its callbacks and its exit code), side by side. The control
+# is good with one warning: a short model revision is accepted, so the same run shows the warning too.
 REAL = {
     "placeholder-address": None,  # a bad case: refused in layer 1, nothing contacted
     "control-good-tp3": good("tp3"),
-    "control-short-revision": good("tp2"),
 }
-REAL["control-short-revision"]["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
+REAL["control-good-tp3"]["pins"]["sparkfleet_pins"]["model"]["revision"] = "afc7aa0a"
 
 
 @pytest.fixture(scope="module")
@@ -733,12 +734,12 @@ def test_control_good_inventory_passes_layer_1_and_only_then_connects(real_runs)
 
 
 def test_short_revision_is_accepted_with_a_warning(real_runs, tmp_path):
-    r = real_runs["control-short-revision"]
+    r = real_runs["control-good-tp3"]
     assert r["stats"]["localhost"]["failures"] == 0
     assert "sparkfleet_pins.model.revision='afc7aa0a' is a short commit (8 hex" in r["stderr"] + json.dumps(r)
     assert "pin the full 40-hex commit" in r["stderr"] + json.dumps(r)
     # in-process the same warning, and no problem
-    inv = write_inventory(tmp_path / "inventory", copy.deepcopy(REAL["control-short-revision"]))
+    inv = write_inventory(tmp_path / "inventory", copy.deepcopy(REAL["control-good-tp3"]))
     verdict = layer1.verdict(inv)
     assert verdict["problems"] == []
     assert any(
