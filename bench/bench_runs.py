@@ -7,8 +7,9 @@
 2. With a converged lab named by SPARKFLEET_LAB (TP2 or TP3): plain ansible-playbook, no-op runs of
    playbooks/status.yml and site.yml with each fact cache (each filled first by an untimed site.yml run),
    then with the facts cache and each strategy (Ansible's linear, and
-   sparkfleet's mitogen strategy); and `sparkfleet status` against plain ansible-playbook with the same
-   settings (what the wrapper adds). Without a lab, 2 is reported as not run.
+   sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload; and
+   `sparkfleet status` against plain ansible-playbook with the same settings (what the wrapper adds).
+   Without a lab, 2 is reported as not run.
 SPARKFLEET_BENCH_REPEAT (default 1) repeats each lab measurement and keeps the fastest.
 """
 
@@ -105,6 +106,43 @@ def _timed(argv: list[str], env: dict[str, str], repeat: int) -> float:
     return best
 
 
+# What each task's worker process spent (TaskExecutor.run, CPU of that process) and whether it loaded the
+# filter plugins itself: a sitecustomize on PYTHONPATH wraps the executor in every worker of one run.
+WORKER_PROBE = r"""
+import os, sys, time
+def _loaded():
+    mods = list(sys.modules)
+    return (any(m.startswith("ansible.plugins.filter.core_") for m in mods),
+            sum(m.startswith("ansible_collections.sparkfleet.cluster.plugins.filter.") for m in mods))
+try:
+    from ansible.executor import task_executor as _te
+except ImportError:
+    _te = None
+if _te is not None:
+    _run = _te.TaskExecutor.run
+    def run(self):
+        before, start = _loaded(), time.process_time()
+        try:
+            return _run(self)
+        finally:
+            took, after = time.process_time() - start, _loaded()
+            with open(os.environ["SPARKFLEET_BENCH_WORKERS"], "a") as out:
+                out.write(f"{took:.6f} {int(after != before)}\n")
+    _te.TaskExecutor.run = run
+"""
+
+
+def _workers(argv: list[str], env: dict[str, str], tmp: Path, name: str) -> tuple[float, int, int]:
+    """(CPU seconds of every task's worker, workers, workers that loaded filter plugins themselves)."""
+    probe, log = tmp / "probe", tmp / f"workers-{name}.txt"
+    probe.mkdir(exist_ok=True)
+    (probe / "sitecustomize.py").write_text(WORKER_PROBE)
+    log.unlink(missing_ok=True)
+    _timed(argv, {**env, "PYTHONPATH": str(probe), "SPARKFLEET_BENCH_WORKERS": str(log)}, 1)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    return sum(float(cpu) for cpu, _ in lines), len(lines), sum(int(loaded) for _, loaded in lines)
+
+
 def bench_lab_runs(tmp: Path) -> list[dict]:
     lab = lab_from_env()
     if lab is None:
@@ -115,12 +153,13 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
     play = [str(BIN / "ansible-playbook"), *inv_args]
     caches = {"jsonfile": tmp / "jsonfile", "facts": tmp / "facts"}
 
-    def env(cache: str, strategy: str) -> dict[str, str]:
+    def env(cache: str, strategy: str, **extra: str) -> dict[str, str]:
         plugin = "ansible.builtin.jsonfile" if cache == "jsonfile" else "sparkfleet.cluster.facts"
         return _env(
             ANSIBLE_CACHE_PLUGIN=plugin,
             ANSIBLE_CACHE_PLUGIN_CONNECTION=str(caches[cache]),
             ANSIBLE_STRATEGY=strategy,
+            **extra,
         )
 
     # each cache filled by a real run first (untimed): the same facts a converged cluster's re-run reads
@@ -136,6 +175,9 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
         b = _timed([*play, book], env("facts", "linear"), repeat)
         m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
+        # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
+        alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
+        p = _timed([*play, book], alone, repeat)
         name = Path(book).name
         rows.append(
             row(
@@ -147,6 +189,28 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         )
         strategies = "ansible-playbook, facts cache: mitogen (strategy sparkfleet) vs Ansible's linear"
         rows.append(row(f"no-op {name}: strategy", m, b, strategies))
+        rows.append(row(f"no-op {name}: plugin preload", p, b,
+                        "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.preload "
+                        "(filter and test plugins loaded once in the controller)"))  # fmt: skip
+    # the preload's own measure: what the workers of one no-op site.yml spent, without and with it
+    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
+    without = _workers([*play, "site.yml"], alone, tmp, "without")
+    within = _workers([*play, "site.yml"], env("facts", "linear"), tmp, "with")
+    how = (
+        f"TaskExecutor.run summed over a run's {without[1]} and {within[1]} worker processes, without vs "
+        f"with sparkfleet.cluster.preload; workers that loaded filter plugins themselves: {without[2]} and "
+        f"{within[2]}"
+    )
+    rows.append(
+        {
+            "name": f"{lab.topology} no-op site.yml: the workers' CPU, plugin preload",
+            "baseline": without[0],
+            "candidate": within[0],
+            "unit": "s CPU",
+            "ratio": without[0] / within[0],
+            "how": how,
+        }
+    )
     # the wrapper: `sparkfleet status` vs the same playbook through plain ansible-playbook, same settings
     wrapped = _timed(
         [str(BIN / "sparkfleet"), "status", *inv_args],
