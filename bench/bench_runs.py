@@ -170,13 +170,13 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         return {"name": f"{lab.topology} {what}", "baseline": baseline, "candidate": candidate, "unit": "s",
                 "ratio": baseline / candidate, "how": how}  # fmt: skip
 
+    # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
+    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
         b = _timed([*play, book], env("facts", "linear"), repeat)
         m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
-        # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
-        alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
         p = _timed([*play, book], alone, repeat)
         name = Path(book).name
         rows.append(
@@ -193,7 +193,6 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
                         "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.preload "
                         "(filter and test plugins loaded once in the controller)"))  # fmt: skip
     # the preload's own measure: what the workers of one no-op site.yml spent, without and with it
-    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
     without = _workers([*play, "site.yml"], alone, tmp, "without")
     within = _workers([*play, "site.yml"], env("facts", "linear"), tmp, "with")
     how = (
