@@ -1,12 +1,13 @@
 """Every phase of site.yml has a tag, and `--tags PHASE` runs the whole phase and nothing of the
 others.
 
-Two real runs of `sparkfleet up --list-tasks` against the sample inventory (ansible-playbook's own listing,
-through sparkfleet): without tags, and with `--tags network`. The other phases' selections are made in-process
-by the code that listing runs (Ansible's Playbook loader, `Block.filter_tagged_tasks` with the play's
-`only_tags`, as ansible-playbook's --list-tasks does), from the same site.yml and inventory; a test checks that
-the in-process listings match the real runs task for task, so the in-process ones are the listing's, not a copy
-of Ansible's tag rules (parsing site.yml alone costs about 1.4 s of CPU per process; nine runs were 17 CPU-s)."""
+Two real runs of `sparkfleet up --list-tasks` against the sample inventory (ansible-playbook's own
+listing, through sparkfleet): without tags, and with `--tags network`. The other phases' selections are
+made in-process by the code that listing runs (Ansible's Playbook loader, `Block.filter_tagged_tasks`
+with the play's `only_tags`, as ansible-playbook's --list-tasks does), from the same site.yml and
+inventory; a test checks that the in-process listings match the real runs task for task, so the
+in-process ones are the listing's, not a copy of Ansible's tag rules (parsing site.yml alone costs about
+1.4 s of CPU per process; nine runs were 17 CPU-s)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ Listing = list[tuple[str, set[str], list[str]]]  # (play name, play tags, task n
 
 
 def list_tasks(*args: str) -> Listing:
-    """Per play, as `sparkfleet up --list-tasks` prints them (tasks tagged `always` left out: argument specs and
-    validation run whatever the tags)."""
+    """Per play, as `sparkfleet up --list-tasks` prints them (tasks tagged `always` left out: argument
+    specs and validation run whatever the tags)."""
     env = dict(os.environ, SPARKFLEET_RUNS_DIR=tempfile.mkdtemp(prefix="sparkfleet-test-tags-"))
     proc = subprocess.run(
         [sys.executable, "-m", "sparkfleet", "up", "-i", "inventory/tp3", "--list-tasks", *args],
@@ -60,15 +61,16 @@ def list_tasks(*args: str) -> Listing:
 
 
 class InProcess:
-    """site.yml and the sample inventory loaded once; `select(tags)` lists what `--list-tasks --tags TAGS`
-    lists, by ansible-playbook's own steps (ansible/cli/playbook.py: play.compile(), filter_tagged_tasks with
-    the play's variables, then the blocks' tasks, implicit meta tasks left out)."""
+    """site.yml and the sample inventory loaded once; `select(tags)` lists what `--list-tasks --tags
+    TAGS` lists, by ansible-playbook's own steps (ansible/cli/playbook.py: play.compile(),
+    filter_tagged_tasks with the play's variables, then the blocks' tasks, implicit meta tasks left out)."""
 
     def __init__(self) -> None:
         loader = DataLoader()
         inventory = InventoryManager(loader=loader, sources=[str(REPO / "inventory/tp3")])
         self.vm = VariableManager(loader=loader, inventory=inventory)
-        self.plays = Playbook.load(str(REPO / "site.yml"), variable_manager=self.vm, loader=loader).get_plays()
+        playbook = Playbook.load(str(REPO / "site.yml"), variable_manager=self.vm, loader=loader)
+        self.plays = playbook.get_plays()
 
     def select(self, tags: set[str] | None = None) -> Listing:
         out: Listing = []
@@ -78,8 +80,8 @@ class InProcess:
             try:
                 names: list[str] = []
                 all_vars = self.vm.get_vars(play=play)
-                for block in play.compile():
-                    block = block.filter_tagged_tasks(all_vars)
+                for compiled in play.compile():
+                    block = compiled.filter_tagged_tasks(all_vars)
                     if block.has_tasks():
                         names += self._names(block, set(play.tags))
             finally:
@@ -92,7 +94,9 @@ class InProcess:
         for task in block.block:
             if isinstance(task, Block):
                 names += self._names(task, play_tags)
-            elif not (task.action in C._ACTION_META and task.implicit) and "always" not in play_tags | set(task.tags):
+            elif task.action in C._ACTION_META and task.implicit:
+                continue
+            elif "always" not in play_tags | set(task.tags):
                 names.append(task.get_name() if task.name else task.action)
         return names
 

@@ -574,7 +574,8 @@ def test_good_inventories_pass_layer_1_in_process(tmp_path):
 
 def test_layer_1_checks_every_role_once_through_its_own_validate_tasks():
     """Layer 1 is each role's own tasks/validate.yml, imported (Ansible's own variable precedence): every role
-    that has one, each once, sparkfleet's cluster-wide settings first (imported by cluster_plan's validate.yml)."""
+    that has one, each once, sparkfleet's cluster-wide settings first (cluster_plan's validate.yml imports
+    them)."""
     _loader, _play, tasks = layer1._play()
     roles = [t._role.get_name() for t in tasks if t._role]  # each role task's role (the reset task has none)
     every = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/validate.yml"))
