@@ -50,7 +50,7 @@ class Map:
         self.start = time.time()
         self.busy0 = busy()
         self.docker0 = usage(DOCKER) or 0.0
-        self.before = {i: u for i, u in self._containers().items()}  # what a container used before the start
+        self.before = self._containers()  # what each container had used before the start
 
     def _containers(self) -> dict[str, float]:
         try:
