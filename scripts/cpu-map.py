@@ -9,7 +9,7 @@ lab containers' (Docker's cgroup, cpuacct, which counts the nested containers of
 the qemu processes'. On SIGTERM it appends a SUMMARY line: those totals, the host side (busy minus
 containers minus qemu), and each lab's containers' CPU by lab name (a container
 `sparkfleet-lab-<lab>-<node>` counts for <lab>). A container's or qemu process's last 10 s before it went
-away are not counted. cgroup v1 (this machine's layout); read-only, no traffic.
+away or restarted are not counted. cgroup v1 (this machine's layout); read-only, no traffic.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ class Map:
     def __init__(self, log: Path) -> None:
         self.log = log.open("a")
         self.names: dict[str, str] = {}
-        self.containers: dict[str, float] = {}  # container id -> its highest usage seen
+        # container id -> [usage of its cgroup's earlier lives, its cgroup's inode, its usage now]: a
+        # restarted container (docker restart, a lab node's reboot) gets a new cgroup, whose usage starts at 0
+        self.containers: dict[str, list[float]] = {}
         self.qemu: dict[str, float] = {}  # pid -> its highest CPU seconds seen
         self.start = time.time()
         self.busy0 = busy()
@@ -69,9 +71,20 @@ class Map:
                 self.names.setdefault(cid, "gone-" + cid[:12])
         return {i: u for i in ids if (u := usage(DOCKER / i)) is not None}
 
-    def sample(self) -> dict[str, Any]:
+    def _lives(self) -> None:
         for cid, used in self._containers().items():
-            self.containers[cid] = max(self.containers.get(cid, 0.0), used)
+            try:
+                inode = float((DOCKER / cid).stat().st_ino)
+            except OSError:
+                continue
+            seen = self.containers.setdefault(cid, [0.0, inode, 0.0])
+            if inode != seen[1]:  # a new cgroup: the old one's last usage read is banked
+                seen[0] += seen[2]
+                seen[1] = inode
+            seen[2] = used
+
+    def sample(self) -> dict[str, Any]:
+        self._lives()
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
@@ -94,7 +107,8 @@ class Map:
     def summary(self) -> dict[str, Any]:
         last = self.sample()
         labs: dict[str, float] = {}
-        for cid, used in self.containers.items():
+        for cid, (earlier, _inode, now) in self.containers.items():
+            used = earlier + now
             name = self.names.get(cid, cid[:12])
             lab = name[len(PREFIX) :].rsplit("-", 1)[0] if name.startswith(PREFIX) else "other"
             labs[lab] = labs.get(lab, 0.0) + used - self.before.get(cid, 0.0)
