@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,3 +158,42 @@ def test_simulator_is_stdlib_only():
         if ln.strip().startswith(("import ", "from ")) and "__future__" not in ln
     }
     assert imports <= set(sys.stdlib_module_names), imports
+
+
+def _can_unshare_net() -> bool:
+    probe = ["unshare", "--net", "ip", "link", "add", "t0", "type", "veth", "peer", "name", "t1"]
+    try:
+        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(
+    not _can_unshare_net(), reason="needs root: a network namespace of the test's own with a veth"
+)
+def test_a_change_announced_by_the_kernel_is_in_the_tree_at_once_not_at_the_next_interval(tmp_path):
+    """The daemon refreshes on the kernel's netlink announcements (`ip monitor link address`), not only every
+    --interval seconds: in a network namespace of the test's own (no traffic leaves it), a ConnectX-named veth
+    and then an IPv4 address on it show up in the tree within 5 s although the interval is 120 s. The first
+    look finds no HCA (the namespace has only lo), so only an announced change can make the tree."""
+    root = tmp_path / "t"
+    gid3 = root / "class/infiniband/rocep1s0f0/ports/1/gids/3"
+    script = f"""
+set -e
+{sys.executable} {SIM} --root {root} --interval 120 > {tmp_path}/sim.log 2>&1 & sim=$!
+trap 'kill $sim' EXIT
+wait_for() {{ i=0; while ! [ -e "$1" ] || ! grep -q "$2" "$1"; do
+    i=$((i + 1)); [ $i -lt 50 ] || {{ echo "not in 5 s: $1 $2"; exit 1; }}; sleep 0.1; done; }}
+sleep 0.5
+[ ! -e {root}/class/infiniband/rocep1s0f0 ]
+ip link add enp1s0f0np0 address {MAC} type veth peer name peer0
+ip link set peer0 up
+ip link set enp1s0f0np0 up
+wait_for {root}/class/infiniband/rocep1s0f0/ports/1/state "4: ACTIVE"
+ip addr add 10.77.0.1/24 dev enp1s0f0np0
+wait_for {gid3} "0000:0000:0000:0000:0000:ffff:0a4d:0001"
+"""
+    proc = subprocess.run(
+        ["unshare", "--net", "sh", "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
