@@ -221,7 +221,7 @@ class Writer:
 
 
 def start_monitor() -> subprocess.Popen[bytes] | None:
-    """`ip monitor link address`: a line for every change of a link or an address ; None without ip."""
+    """`ip monitor link address`: a line for every change of a link or an address; None without ip."""
     try:
         return subprocess.Popen(
             ["ip", "monitor", "link", "address"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     monitor = None if args.once else start_monitor()
     try:
         while True:
-            devs = live_netdevs()
-            writer.sync(render(devs, rate=args.rate, table_size=args.table_size, fw_ver=args.fw_ver))
+            tree = render(live_netdevs(), rate=args.rate, table_size=args.table_size, fw_ver=args.fw_ver)
+            writer.sync(tree)
             if args.once or stop:
                 return 0
             waiting = True
