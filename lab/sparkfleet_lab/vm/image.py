@@ -77,7 +77,8 @@ AMD64_BLACKLIST = (
     "kvm_amd",
     "kvm_intel",
 )
-AMD64_INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "ext4")
+# the root file system's drivers and the NICs' (early, as MODULES=most had them; the identity unit renames)
+AMD64_INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "ext4", "virtio_net")
 
 
 def grub_defaults(arch: str = "amd64") -> dict[str, str]:
@@ -417,14 +418,14 @@ def _bootstrap_grub_cfg(root: Path, uuid: str, arch: str = "amd64") -> None:
 
 def _trim_amd64_boot(root: Path) -> None:
     """AMD64_BLACKLIST into modprobe.d and the generic kernel's initramfs rebuilt with MODULES=list (the
-    root file system's drivers, AMD64_INITRAMFS_MODULES); the cloud kernel, which the lab never boots, keeps
-    its own."""
+    root file system's and the NICs' drivers, AMD64_INITRAMFS_MODULES); the cloud kernel, which the lab never
+    boots, keeps its own."""
     (root / "etc/modprobe.d/sparkfleet-lab-vm.conf").write_text(
         "# sparkfleet VM lab: emulated PC devices a DGX Spark lacks (lab/sparkfleet_lab/vm/image.py)\n"
         + "".join(f"blacklist {m}\n" for m in AMD64_BLACKLIST)
     )
     (root / "etc/initramfs-tools/conf.d/sparkfleet-lab.conf").write_text(
-        "# sparkfleet VM lab: the root file system's drivers only (lab/sparkfleet_lab/vm/image.py)\n"
+        "# sparkfleet VM lab: the root file system's and the NICs' drivers (lab/sparkfleet_lab/vm/image.py)\n"
         "MODULES=list\n"
     )
     modules = root / "etc/initramfs-tools/modules"
