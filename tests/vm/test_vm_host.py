@@ -101,8 +101,8 @@ def test_host_status_rows_a_vm_has_are_ok(lab, play):
 def test_the_lab_image_loads_no_driver_for_an_emulated_device_a_spark_lacks(vm):
     # the lab's own image, not a role (lab/sparkfleet_lab/vm/image.py): qemu's PC offers a floppy
     # controller, a parallel port, a CD-ROM, nested virtualisation...; their drivers stay out of the booted
-    # kernel, and its initramfs carries only the root file system's drivers. Under TCG each costs seconds of
-    # every boot.
+    # kernel, and its initramfs carries only the root file system's and the NICs' drivers. Under TCG each
+    # costs seconds of every boot.
     loaded = {line.split()[0] for line in vm.check_output("cat /proc/modules").splitlines()}
     assert not loaded & set(image.AMD64_BLACKLIST), sorted(loaded & set(image.AMD64_BLACKLIST))
     assert {"virtio_blk", "ext4"} <= loaded

@@ -61,7 +61,7 @@ GRUB_DEFAULTS_ARM64.pop("GRUB_SERIAL_COMMAND")
 # amd64 (qemu's `pc` machine): the drivers of emulated PC devices that a DGX Spark has no counterpart of (the
 # floppy controller, the parallel port, the PC speaker, the empty CD-ROM, VGA and VMware's VMCI, the nested
 # virtualisation that `-cpu max` offers) are blacklisted, so udev's coldplug does not load them at every boot;
-# and the generic kernel's initramfs holds only the drivers the root file system needs (initramfs-tools'
+# and the generic kernel's initramfs holds only the root file system's and the NICs' drivers (initramfs-tools'
 # MODULES=list), 11 MB where MODULES=most made 37 MB for GRUB to read and the kernel to unpack. Under TCG each
 # of those costs seconds of CPU per boot, and the VM scenario boots every guest twice (README "The VM lab").
 AMD64_BLACKLIST = (
