@@ -340,7 +340,7 @@ def test_rank_1_killed_with_sigkill_stops_the_whole_engine_and_start_recovers_in
 
     assert wait_for(lambda: "running" not in states().values(), timeout=60), states()
     assert f"rank 1 on {worker} failed: its container is exited exit 137" in watch_journal(lab)
-    time.sleep(15)  # three more looks of the watch: still nothing runs, and nothing was restarted
+    time.sleep(15)  # 15 s on: still nothing runs, and nothing was restarted
     for h in lab.hosts:
         c = container(lab, h)
         assert c["State"]["Status"] == "exited" and c["RestartCount"] == 0, (h, c["State"])
