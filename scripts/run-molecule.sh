@@ -71,15 +71,16 @@ one() {  # one scenario (or the walk); its result goes to $logs/$s.rc and its ti
 lane() {  # scenarios one after the other, each line prefixed with its scenario
   local s
   for s in "$@"; do
-    # line-buffered prefix; sed -u so a line shows when it is written
-    one "$s" 2>&1 | sed -u "s/^/[$s] /"
+    # line-buffered prefix; sed -u so a line shows when it is written. $logs/$s.log keeps the scenario's own
+    # output for scripts/failure-digest.sh (CI removes the labs, and shows only the end of its output)
+    one "$s" 2>&1 | tee "$logs/$s.log" | sed -u "s/^/[$s] /"
   done
 }
 
-rm -f "$logs"/*.rc "$logs"/*.s
+rm -f "$logs"/*.rc "$logs"/*.s "$logs"/*.log
 read -r -a all <<< "$scenarios"
 if [ "$parallel" = 0 ]; then
-  for s in "${all[@]}"; do one "$s"; done
+  for s in "${all[@]}"; do one "$s" 2>&1 | tee "$logs/$s.log"; done
 else
   lane "${all[0]}" &
   first=$!

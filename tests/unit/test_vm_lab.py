@@ -186,3 +186,33 @@ def test_a_tp3_lab_takes_the_tp2_examples_pins_not_the_tp3_placeholders(lab):
     hosts = yaml.safe_load((t3.inventory_dir / "hosts.yml").read_text())["all"]["children"]["cluster"]
     workers = hosts["children"]["workers"]["hosts"]
     assert [w["sparkfleet_mgmt_address"] for w in workers.values()] == ["10.99.0.12", "10.99.0.13"]
+
+
+def test_a_boot_that_times_out_says_how_far_the_guest_got(lab, monkeypatch):
+    # CI removes the lab (and its console file) after a failure: the error carries the console's end
+    console = lab.console_log("spark1")
+    console.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"[  {i}.0] line {i}" for i in range(40)]
+    last = "\x1b[0;32m  OK  \x1b[0m] Reached target sysinit.target."
+    console.write_text("\r\n".join([*lines[:-1], last]) + "\r\n")
+    monkeypatch.setattr(VmLab, "running", lambda self, host: True)
+    calls = []
+
+    def no_ssh(argv, **_kw):
+        calls.append(argv)
+        return __import__("subprocess").CompletedProcess(argv, 255, "", "Connection refused")
+
+    monkeypatch.setattr("sparkfleet_lab.vm.lab.subprocess.run", no_ssh)
+    with pytest.raises(LabError) as err:
+        lab.wait_ssh("spark1", timeout=0)
+    msg = str(err.value)
+    assert msg.startswith("spark1: no SSH within 0 s (Connection refused); the last 15 lines of its console")
+    assert "  OK  ] Reached target sysinit.target." in msg and "\x1b" not in msg
+    assert "line 25" in msg and "line 24" not in msg
+    assert len(calls) == 1
+
+
+def test_a_guest_whose_qemu_died_says_so_with_its_console(lab, monkeypatch):
+    monkeypatch.setattr(VmLab, "running", lambda self, host: False)
+    with pytest.raises(LabError, match=r"spark2's qemu is not running; its console .*: unreadable"):
+        lab.wait_ssh("spark2", timeout=0)

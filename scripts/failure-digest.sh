@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# failure-digest.sh LOG...: what failed, from each molecule scenario's own log (.cache/molecule/<scenario>.log,
+# written by scripts/run-molecule.sh): a task's failure with up to 24 lines of its result
+# (not the command, its times or the *_lines copies; nothing when Ansible ignored it),
+# a failed test's summary line, molecule's own errors, the lab's errors; the last 40 such lines of each log.
+# scripts/test-all.sh prints it for every failed scenario at the very end of its output, because CI removes the
+# labs after a run and keeps only the end of what it printed.
+set -uo pipefail
+for log in "$@"; do
+  echo "--- $(basename "$log" .log): what failed (the last lines that say so; the whole log: $log)"
+  # colours and molecule's box drawing off
+  sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/^ *│ \{0,1\}//' "$log" | awk '
+    function flush() { if (blk != "") print blk; blk = ""; n = 0 }
+    /FAILED - RETRYING/ { next }                        # a retry is not a failure
+    /\.\.\.ignoring/ { blk = ""; n = 0; next }          # nor a failure the task ignores
+    /fatal: \[|^failed: \[/ { flush(); blk = $0; n = 24; next }
+    /^(TASK|PLAY|RUNNING HANDLER|HANDLER) / { flush() }  # "...ignoring" comes before the next task, if at all
+    n > 0 && /^ *[a-z_]+_lines:/ { n = 0; next }        # stdout_lines, stderr_lines: the same text again
+    n > 0 && /^  (cmd|delta|end|start):|^  - / { next } # the command and its times
+    n > 0 { blk = blk "\n" $0; n--; next }
+    /^(FAILED|ERROR) [^ ]+::|^=+ .*[0-9]+ (failed|errors?)[ ,]|CRITICAL|^ERROR |Return code: [1-9]|sparkfleet lab: / {
+      flush(); print; next
+    }
+    END { flush() }
+  ' | tail -n 40
+done
