@@ -10,7 +10,11 @@ for log in "$@"; do
   echo "--- $(basename "$log" .log): what failed (the last lines that say so; the whole log: $log)"
   # colours and molecule's box drawing off
   sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/^ *│ \{0,1\}//' "$log" | awk '
-    function flush() { if (blk != "") print blk; blk = ""; n = 0 }
+    function flush() { if (blk != "") print blk; blk = ""; n = 0; cont = 0 }
+    # molecule folds a long line at its frame width, the rest indented by two spaces: a failed test summary
+    # line is joined back (folds split words and test ids alike; joined without a space, the ids come out whole)
+    cont > 0 && /^  [^ ]/ { sub(/^  /, ""); blk = blk (blk ~ /^(FAILED|ERROR)$/ ? " " : "") $0; cont--; next }
+    cont > 0 { flush() }
     /FAILED - RETRYING/ { next }                        # a retry is not a failure
     /\.\.\.ignoring/ { blk = ""; n = 0; next }          # nor a failure the task ignores
     /fatal: \[|^failed: \[/ { flush(); blk = $0; n = 24; next }
@@ -18,9 +22,8 @@ for log in "$@"; do
     n > 0 && /^ *[a-z_]+_lines:/ { n = 0; next }        # stdout_lines, stderr_lines: the same text again
     n > 0 && /^  (cmd|delta|end|start):|^  - / { next } # the command and its times
     n > 0 { blk = blk "\n" $0; n--; next }
-    /^(FAILED|ERROR) [^ ]+::|^=+ .*[0-9]+ (failed|errors?)[ ,]|CRITICAL|^ERROR |Return code: [1-9]|sparkfleet lab: / {
-      flush(); print; next
-    }
+    /^(FAILED|ERROR)( [^ ]+::|$)/ { flush(); blk = $0; cont = 4; next }
+    /^=+ .*[0-9]+ (failed|errors?)[ ,]|CRITICAL|^ERROR |Return code: [1-9]|sparkfleet lab: / { flush(); print; next }
     END { flush() }
   ' | tail -n 40
 done

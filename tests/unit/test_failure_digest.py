@@ -79,3 +79,19 @@ def test_a_passing_log_gives_nothing_but_its_heading(tmp_path):
         "==== 55 passed, 27 skipped in 2329.00s ====\n",
     )
     assert out.splitlines()[1:] == []
+
+
+def test_a_failed_test_line_folded_by_molecules_frame_is_joined_back(tmp_path):
+    out = digest(
+        tmp_path,
+        f"{BOX}FAILED\n"
+        f"{BOX}  ../../tests/lab/test_engine.py::test_a_restarted_w\n"
+        f"{BOX}  orker_node_is_explained_then_recovered - assert False\n"
+        f"{BOX}================= 1 failed, 54 passed, 27 skipped in 2328.07s (0:38:48)\n"
+        f"{BOX}  ==================\n",
+    )
+    assert out.splitlines()[1:] == [
+        "FAILED ../../tests/lab/test_engine.py::test_a_restarted_worker_node_is_explained_then_recovered"
+        " - assert False",
+        "================= 1 failed, 54 passed, 27 skipped in 2328.07s (0:38:48)",
+    ]
