@@ -4,8 +4,8 @@
 # (molecule/default makes it and removes it; each keeps its converge, idempotence, check and verify); the
 # 1-node role scenarios (earlyoom, gpu_clocks, host_tuning), each on its own one-node lab; and vm (the VM lab:
 # two qemu guests). By default in three lanes side by side, every line prefixed with its scenario (the walk's
-# with "walk"): tp3 in the first (the longest), tp2 in the second, the 1-node roles, the walk and then vm
-# one after the other in the third. Much of a scenario's time is spent waiting (boots, restarts, readiness),
+# with "walk"): tp3 in the first (the longest), tp2 and then the 1-node roles in the second, vm and then the
+# walk in the third (below: why). Much of a scenario's time is spent waiting (boots, restarts, readiness),
 # which the other lanes fill.
 #   MOLECULE_SCENARIOS="tp3 earlyoom"   limits the set (the first one gets the first lane); naming a step of
 #                                       the walk (e.g. ssh_trust) runs the walk from its start up to that
@@ -16,11 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
-# The walk's steps, in site.yml's order (molecule/default). The walk goes after the 1-node roles, so that its
-# engine image build (in the nodes' nested Docker, the heaviest step of any scenario) comes after tp3 and tp2
-# have built theirs; vm, the VM lab's scenario (qemu guests, README "The VM lab"), after the walk. vm_arm64
-# (one emulated arm64 guest) is never in the default set: `make test-vm-arm64` runs it alone
-# (MOLECULE_SCENARIOS=vm_arm64).
+# The walk's steps, in site.yml's order (molecule/default). vm_arm64 (one emulated arm64 guest) is never in the
+# default set: `make test-vm-arm64` runs it alone (MOLECULE_SCENARIOS=vm_arm64).
 walk=(cluster_plan preflight network_links ssh_trust model_weights engine_image engine_service)
 in_walk() { local w; for w in "${walk[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 singles=$(for d in molecule/*/molecule.yml; do
@@ -79,23 +76,30 @@ lane() {  # scenarios one after the other, each line prefixed with its scenario
 
 rm -f "$logs"/*.rc "$logs"/*.s "$logs"/*.log
 read -r -a all <<< "$scenarios"
+# The lanes. The whole set: tp3 alone (the longest); tp2, then the 1-node roles; vm, then the walk. Measured in
+# the rehearsals (README "What `make test` runs"), tp3 takes about 3600 s, tp2 3150, the 1-node roles 600, vm 2800
+# and the walk 850: so the three lanes come out about even, where a third lane of the 1-node roles, the walk and
+# vm (4250 s) ended every run alone, its last 11 minutes on one core. vm goes first in its lane and the walk
+# last, so that the walk's engine image build (the heaviest step of any scenario) comes after tp3's and tp2's.
+# A set named in MOLECULE_SCENARIOS: the first in one lane, the second in another, the rest in a third.
+if [ -z "${MOLECULE_SCENARIOS:-}" ]; then
+  lanes=("tp3" "tp2 $singles" "vm walk")
+else
+  lanes=("${all[0]}")
+  [ "${#all[@]}" -lt 2 ] || lanes+=("${all[1]}")
+  [ "${#all[@]}" -lt 3 ] || lanes+=("${all[*]:2}")
+fi
 if [ "$parallel" = 0 ]; then
   for s in "${all[@]}"; do one "$s" 2>&1 | tee "$logs/$s.log"; done
 else
-  lane "${all[0]}" &
-  first=$!
-  second=""
-  if [ "${#all[@]}" -gt 1 ]; then
-    sleep 5  # the first lab takes its slot (networks) before the next one looks for a free one
-    lane "${all[1]}" &
-    second=$!
-  fi
-  if [ "${#all[@]}" -gt 2 ]; then
-    sleep 5
-    lane "${all[@]:2}" || true
-  fi
-  wait "$first" || true
-  [ -z "$second" ] || wait "$second" || true
+  pids=()
+  for spec in "${lanes[@]}"; do
+    [ "${#pids[@]}" = 0 ] || sleep 5  # a lab takes its slot (networks) before the next one looks for a free one
+    read -r -a members <<< "$spec"
+    lane "${members[@]}" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || true; done
 fi
 
 rc=0
