@@ -95,3 +95,20 @@ def test_a_failed_test_line_folded_by_molecules_frame_is_joined_back(tmp_path):
         " - assert False",
         "================= 1 failed, 54 passed, 27 skipped in 2328.07s (0:38:48)",
     ]
+
+
+def test_a_recorded_failed_verify_names_the_test_its_error_and_its_place(tmp_path):
+    # tests/unit/fixtures/molecule/earlyoom-verify-failed.log: molecule's real output (colours, frame, folds)
+    # of the earlyoom scenario's verify with one test made to fail on purpose (`assert 1 == 2, '...'`),
+    # recorded from scripts/run-molecule.sh's .cache/molecule/earlyoom.log (the checkout's path replaced)
+    recorded = Path(__file__).parent / "fixtures" / "molecule" / "earlyoom-verify-failed.log"
+    out = digest(tmp_path, recorded.read_text())
+    assert out.splitlines()[1:6] == [
+        "test_earlyoom_runs_enabled_with_the_configured_arguments:",
+        "E       AssertionError: a deliberately failing test for the failure digest:"
+        " this message is long enough to be folded",
+        "E       assert 1 == 2",
+        "../../tests/roles/test_earlyoom.py:12: AssertionError",
+        "FAILED ../../tests/roles/test_earlyoom.py::test_earlyoom_runs_enabled_with_the_configured_arguments",
+    ]
+    assert "CRITICAL Verifier tests failed" in out
