@@ -72,7 +72,7 @@ test: host venv
 	scripts/test-all.sh
 
 # The VM lab's scenario alone (molecule/vm: qemu guests with real kernels, GRUB and reboots; `test` runs it too,
-# last in the role lane). Installs qemu and the disk-build tools if missing.
+# first in the third lane, before the walk). Installs qemu and the disk-build tools if missing.
 test-vm: venv
 	scripts/ensure-vm-host.sh
 	MOLECULE_SCENARIOS=vm MOLECULE_PARALLEL=0 scripts/run-molecule.sh
