@@ -4,6 +4,8 @@ No qemu here (molecule/vm boots them)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from sparkfleet_lab.core import LabError
 from sparkfleet_lab.vm import image
@@ -200,7 +202,7 @@ def test_a_boot_that_times_out_says_how_far_the_guest_got(lab, monkeypatch):
 
     def no_ssh(argv, **_kw):
         calls.append(argv)
-        return __import__("subprocess").CompletedProcess(argv, 255, "", "Connection refused")
+        return subprocess.CompletedProcess(argv, 255, "", "Connection refused")
 
     monkeypatch.setattr("sparkfleet_lab.vm.lab.subprocess.run", no_ssh)
     with pytest.raises(LabError) as err:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -36,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from sparkfleet.text import ANSI_RE
 
 from sparkfleet_lab import topology
 from sparkfleet_lab.core import NAME_RE, LabError, default_project_dir
@@ -59,7 +59,6 @@ ARM64_PAGE_SIZE = 16384  # Debian's arm64-16k flavour (Debian has no 64K one)
 # boot there took over 10 min (600 s was the limit then, and CI failed on it). A reboot in reboot.yml has
 # host_tuning's own limit (host_tuning_reboot_timeout_s, 1800 s).
 BOOT_TIMEOUT_S = float(os.environ.get("SPARKFLEET_VM_BOOT_TIMEOUT", "1800"))
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 RAIL_MTU = 9000
 # The link speed each rail NIC announces (virtio's speed feature), as a ConnectX-7 half-port: the kernel
 # derives the soft-RoCE port's rate from it (ib_get_eth_speed: "200 Gb/sec (4X HDR)"; without it 2.5 Gb/sec
