@@ -45,6 +45,17 @@ options:
     description: The nvidia-smi executable.
     type: str
     default: nvidia-smi
+  phase_dir:
+    description: >-
+      The directory of the roles' phase records (C(<sparkfleet_state_dir>/phases)). Every record there is
+      re-read against its own digest in this round trip, read-only, and returned as O(phases); a later gate of
+      the same run may take it instead of a round trip of its own (plugins/action/phase_state.py). Unset: no
+      survey.
+    type: path
+  systemctl:
+    description: The systemctl the survey asks about the units the records list.
+    type: path
+    default: systemctl
 author: sparkfleet developers
 """
 
@@ -87,6 +98,12 @@ interfaces:
   description: The names of the node's network interfaces (the directories under /sys/class/net), sorted.
   type: list
   returned: always
+phases:
+  description: >-
+    With O(phase_dir): record path -> C({digest, drift, data}), the recorded digest, why the state its
+    manifest lists differs now (empty: unchanged) and its recorded data. Nothing is removed.
+  type: dict
+  returned: always
 ansible_facts:
   description: What C(ansible.builtin.setup) gathers with C(gather_subset=!all,!min,platform,distribution).
   type: dict
@@ -98,6 +115,7 @@ import os
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import STATE_DIR, read_cap
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.phase_record import survey
 
 # Kernel parameters preflight compares across nodes (every rank needs the same).
 VM_SETTINGS = ("min_free_kbytes", "swappiness", "watermark_boost_factor")
@@ -183,6 +201,8 @@ def main() -> None:
             "ports": {"type": "list", "elements": "int", "default": []},
             "docker": {"type": "str", "default": "docker"},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "phase_dir": {"type": "path"},
+            "systemctl": {"type": "path", "default": "systemctl"},
         },
         supports_check_mode=True,
     )
@@ -203,6 +223,7 @@ def main() -> None:
         gpu=node.gpus(module, p["nvidia_smi"]),
         listening=node.listening(p["ports"]),
         interfaces=interfaces(),
+        phases=survey(p["phase_dir"], p["systemctl"]) if p["phase_dir"] else {},
         ansible_facts=setup_facts(module),
     )
 
