@@ -21,10 +21,15 @@ class Changed:
     def __init__(self) -> None:
         self.by_host: dict[str, list[str]] = {}
 
+        self.surveyed: dict[str, set[str]] = {}  # host -> the roles whose gate took preflight's survey
+
     def __call__(self, event: dict) -> None:
         data = event.get("event_data") or {}
-        if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+        res = data.get("res") or {}
+        if event.get("event") == "runner_on_ok" and res.get("changed"):
             self.by_host.setdefault(data["host"], []).append(data.get("task", ""))
+        if event.get("event") == "runner_on_ok" and res.get("surveyed") is True:
+            self.surveyed.setdefault(data["host"], set()).add(data.get("role", ""))
 
 
 def engine_started(lab) -> dict[str, dict[str, str]]:
@@ -68,6 +73,10 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
         assert phase_record(lab, host, "ssh_trust") is not None, host
         assert phase_record(lab, host, "model_weights") is not None, host
         assert phase_record(lab, host, "network_links") is not None, host
+    # and each gate that asks for no passwd entry (ssh_trust does) took preflight layer 2's read of its record
+    # instead of a round trip of its own (plugins/action/phase_state.py)
+    gated = {"earlyoom", "host_tuning", "model_weights", "network_links"}
+    assert changed.surveyed == dict.fromkeys(lab.hosts, gated), changed.surveyed
 
 
 @pytest.mark.destructive
