@@ -7,7 +7,8 @@
 2. With a converged lab named by SPARKFLEET_LAB (TP2 or TP3): plain ansible-playbook, no-op runs of
    playbooks/status.yml and site.yml with each fact cache (each filled first by an untimed site.yml run),
    then with the facts cache and each strategy (Ansible's linear, and
-   sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload; and
+   sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload, then site.yml
+   without the callback sparkfleet.cluster.changes (every phase gate reads its record itself); and
    `sparkfleet status` against plain ansible-playbook with the same settings (what the wrapper adds).
    Without a lab, 2 is reported as not run.
 SPARKFLEET_BENCH_REPEAT (default 1) repeats each lab measurement and keeps the fastest.
@@ -171,7 +172,11 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
                 "ratio": baseline / candidate, "how": how}  # fmt: skip
 
     # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
-    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
+    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.changes")
+    # ansible.cfg's callbacks but sparkfleet.cluster.changes: every phase gate makes its own round trip
+    unsurveyed = env(
+        "facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload"
+    )
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
@@ -192,6 +197,12 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         rows.append(row(f"no-op {name}: plugin preload", p, b,
                         "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.preload "
                         "(filter and test plugins loaded once in the controller)"))  # fmt: skip
+    # the phase gates taking preflight layer 2's survey of their records (docs/design.md "Phase gates")
+    a = _timed([*play, "site.yml"], unsurveyed, repeat)
+    b = _timed([*play, "site.yml"], env("facts", "linear"), repeat)
+    rows.append(row("no-op site.yml: phase survey", a, b,
+                    "ansible-playbook, linear, facts cache: every gate reads its record (without "
+                    "sparkfleet.cluster.changes) vs the gates take preflight layer 2's survey"))  # fmt: skip
     # the preload's own measure: what the workers of one no-op site.yml spent, without and with it
     without = _workers([*play, "site.yml"], alone, tmp, "without")
     within = _workers([*play, "site.yml"], env("facts", "linear"), tmp, "with")
