@@ -18,8 +18,9 @@ record of the node against its own digest, read-only, in the round trip it makes
 that survey instead of running the module when all of these hold: the callback sparkfleet.cluster.changes
 is enabled and has counted no changed, failed or unreachable result in this run (so the node is as the
 survey found it), the survey has this record, its recorded digest is the one computed here, its manifest had
-not drifted, the task is not in check mode and asks for no passwd entry. The result is then what the module
-would have returned for a clean record, with `surveyed: true`. In every other case the module runs (and
+not drifted, the task is not in check mode, and a passwd entry it asks for (ssh_trust's) is in the survey
+too. The result is then what the module would have returned for a clean record (with the user's
+`getent_passwd` fact when asked), and `surveyed: true`. In every other case the module runs (and
 removes a stale record) as before.
 """
 
@@ -147,19 +148,26 @@ class ActionModule(ActionBase):
         state = getattr(tracker, "STATE", None) or {}
         if not state.get("active") or state.get("changed") != 0:
             return None
-        if self._task.check_mode or self._play_context.check_mode or self._task.args.get("passwd_of"):
+        if self._task.check_mode or self._play_context.check_mode:
             return None
-        phases = (task_vars.get(SURVEY) or {}).get("phases") or {}
-        entry = phases.get(os.path.normpath(path))
+        read = task_vars.get(SURVEY) or {}
+        entry = (read.get("phases") or {}).get(os.path.normpath(path))
         if not isinstance(entry, dict) or entry.get("digest") != digest or entry.get("drift") != []:
             return None
-        return {
+        taken = {
             "changed": False,
             "clean": True,
             "drift": [],
             "data": dict(entry.get("data") or {}),
             "surveyed": True,
         }
+        user = self._task.args.get("passwd_of")
+        if user:  # the read returns the user's passwd entry too: the survey must have this user's
+            passwd = read.get("passwd") or {}
+            if user not in passwd:
+                return None
+            taken["ansible_facts"] = {"getent_passwd": {user: passwd[user]}}
+        return taken
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}

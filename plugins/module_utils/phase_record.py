@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pwd
 import stat
 import subprocess
 
@@ -146,6 +147,15 @@ def drift(record: dict | None, digest: str, systemctl: str) -> list[str]:
             if now[key] != was.get(key):
                 reasons.append(f"{unit}: {key} {was.get(key)!r} -> {now[key]!r}")
     return reasons
+
+
+def passwd_entry(user: str) -> list[str] | None:
+    """The user's passwd fields after the name, as strings (getent's getent_passwd value), or None."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return [pw.pw_passwd, str(pw.pw_uid), str(pw.pw_gid), pw.pw_gecos, pw.pw_dir, pw.pw_shell]
 
 
 def survey(phase_dir: str, systemctl: str) -> dict[str, dict]:

@@ -136,7 +136,6 @@ ansible_facts:
 import contextlib
 import json
 import os
-import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.fileio import write_atomic
@@ -144,19 +143,11 @@ from ansible_collections.sparkfleet.cluster.plugins.module_utils.files_state imp
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.phase_record import (
     VERSION,
     drift,
+    passwd_entry,
     read_record,
     stat_state,
     unit_states,
 )
-
-
-def passwd_entry(user: str) -> list[str] | None:
-    """The user's passwd fields after the name, as strings (getent's getent_passwd value), or None."""
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        return None
-    return [pw.pw_passwd, str(pw.pw_uid), str(pw.pw_gid), pw.pw_gecos, pw.pw_dir, pw.pw_shell]
 
 
 def main() -> None:

@@ -52,6 +52,11 @@ options:
       the same run may take it instead of a round trip of its own (plugins/action/phase_state.py). Unset: no
       survey.
     type: path
+  passwd_of:
+    description: >-
+      With O(phase_dir): a user whose passwd entry to return with the survey (as RV(passwd)), for the gate of
+      role ssh_trust, whose own read returns it (C(getent_passwd)).
+    type: str
   systemctl:
     description: The systemctl the survey asks about the units the records list.
     type: path
@@ -104,6 +109,12 @@ phases:
     manifest lists differs now (empty: unchanged) and its recorded data. Nothing is removed.
   type: dict
   returned: always
+passwd:
+  description: >-
+    With O(phase_dir) and O(passwd_of): C({user: [password, uid, gid, gecos, home, shell]}), C({user: null})
+    when the user does not exist (the value module phase_state returns as C(getent_passwd)).
+  type: dict
+  returned: always
 ansible_facts:
   description: What C(ansible.builtin.setup) gathers with C(gather_subset=!all,!min,platform,distribution).
   type: dict
@@ -115,7 +126,7 @@ import os
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.clock_state import STATE_DIR, read_cap
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.disk import free_bytes, tree_bytes
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.node import NodeProbe
-from ansible_collections.sparkfleet.cluster.plugins.module_utils.phase_record import survey
+from ansible_collections.sparkfleet.cluster.plugins.module_utils.phase_record import passwd_entry, survey
 
 # Kernel parameters preflight compares across nodes (every rank needs the same).
 VM_SETTINGS = ("min_free_kbytes", "swappiness", "watermark_boost_factor")
@@ -202,6 +213,8 @@ def main() -> None:
             "docker": {"type": "str", "default": "docker"},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "phase_dir": {"type": "path"},
+            # a user name, not a secret: no_log False says so (Ansible warns of any option named like "pass")
+            "passwd_of": {"type": "str", "no_log": False},
             "systemctl": {"type": "path", "default": "systemctl"},
         },
         supports_check_mode=True,
@@ -224,6 +237,7 @@ def main() -> None:
         listening=node.listening(p["ports"]),
         interfaces=interfaces(),
         phases=survey(p["phase_dir"], p["systemctl"]) if p["phase_dir"] else {},
+        passwd={p["passwd_of"]: passwd_entry(p["passwd_of"])} if p["phase_dir"] and p["passwd_of"] else {},
         ansible_facts=setup_facts(module),
     )
 

@@ -73,9 +73,9 @@ def test_a_second_up_changes_nothing_and_restarts_no_container(lab, play):
         assert phase_record(lab, host, "ssh_trust") is not None, host
         assert phase_record(lab, host, "model_weights") is not None, host
         assert phase_record(lab, host, "network_links") is not None, host
-    # and each gate that asks for no passwd entry (ssh_trust does) took preflight layer 2's read of its record
+    # and every gate took preflight layer 2's read of its record (and ssh_trust's its user's passwd entry)
     # instead of a round trip of its own (plugins/action/phase_state.py)
-    gated = {"earlyoom", "host_tuning", "model_weights", "network_links"}
+    gated = {"earlyoom", "host_tuning", "model_weights", "network_links", "ssh_trust"}
     assert changed.surveyed == dict.fromkeys(lab.hosts, gated), changed.surveyed
 
 

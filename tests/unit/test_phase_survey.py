@@ -66,6 +66,14 @@ def test_preflight_facts_returns_the_survey_only_when_asked(node: dict) -> None:
     assert out["phases"] == {}
     out = module_runner.run("preflight_facts", {**base, "phase_dir": str(Path(node["record"]).parent)}, env)
     assert out["phases"] == {node["record"]: {"digest": "d1", "drift": [], "data": {}}}
+    assert out["passwd"] == {}
+    # with ssh_trust's user: its entry, the same as phase_state's own read returns as getent_passwd
+    out = module_runner.run(
+        "preflight_facts", {**base, "phase_dir": str(Path(node["record"]).parent), "passwd_of": "root"}, env
+    )
+    own = module_runner.run("phase_state", {"path": node["record"], "digest": "d1", "passwd_of": "root"}, env)
+    assert out["passwd"] == own["ansible_facts"]["getent_passwd"] and out["passwd"]["root"][4] == "/root"
+    assert not out.get("warnings"), out.get("warnings")
 
 
 # ---- the action: when a gate takes the survey --------------------------------------------------------------
@@ -88,8 +96,10 @@ def tracker(monkeypatch: pytest.MonkeyPatch) -> dict:
     return state
 
 
-def take(self: SimpleNamespace, path: str = PATH, digest: str = "d1", phases: dict | None = None):
-    task_vars = {action.SURVEY: {"phases": GOOD if phases is None else phases}}
+def take(
+    self: SimpleNamespace, path: str = PATH, digest: str = "d1", phases: dict | None = None, passwd=None
+):
+    task_vars = {action.SURVEY: {"phases": GOOD if phases is None else phases, "passwd": passwd or {}}}
     return action.ActionModule.surveyed(self, path, digest, task_vars)  # type: ignore[arg-type]
 
 
@@ -140,7 +150,8 @@ def test_the_module_reads_whenever_the_survey_may_not_hold(tracker: dict, monkey
     elif why == "play-check":
         self._play_context.check_mode = True
     elif why == "passwd":
-        self = gate({"path": PATH, "passwd_of": "spark"})  # ssh_trust's read also returns the user's entry
+        self = gate({"path": PATH, "passwd_of": "spark"})  # ssh_trust's read also returns the user's entry...
+        kwargs["passwd"] = {"admin": ["x", "1000", "1000", "", "/home/admin", "/bin/bash"]}  # ...not this one
     elif why == "none":
         monkeypatch.delitem(sys.modules, action.TRACKER)  # the callback is not enabled
     assert take(self, **kwargs) is None
