@@ -39,12 +39,10 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACKER = (
-    "ansible_collections.sparkfleet.cluster.plugins.callback.changes"  # the callback, as Ansible loads it
-)
-SURVEY = (
-    "__preflight_node"  # preflight layer 2's registered read (roles/preflight/tasks/facts.yml): its `phases`
-)
+# the callback sparkfleet.cluster.changes, by the module name Ansible loads it under
+TRACKER = "ansible_collections.sparkfleet.cluster.plugins.callback.changes"
+# preflight layer 2's registered read (roles/preflight/tasks/facts.yml): its `phases` and `passwd`
+SURVEY = "__preflight_node"
 _TREES: dict[str, str] = {}  # path -> digest of the files under it, once per controller process
 
 

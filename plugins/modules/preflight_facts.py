@@ -57,10 +57,6 @@ options:
       With O(phase_dir): a user whose passwd entry to return with the survey (as RV(passwd)), for the gate of
       role ssh_trust, whose own read returns it (C(getent_passwd)).
     type: str
-  systemctl:
-    description: The systemctl the survey asks about the units the records list.
-    type: path
-    default: systemctl
 author: sparkfleet developers
 """
 
@@ -215,7 +211,6 @@ def main() -> None:
             "phase_dir": {"type": "path"},
             # a user name, not a secret: no_log False says so (Ansible warns of any option named like "pass")
             "passwd_of": {"type": "str", "no_log": False},
-            "systemctl": {"type": "path", "default": "systemctl"},
         },
         supports_check_mode=True,
     )
@@ -236,7 +231,7 @@ def main() -> None:
         gpu=node.gpus(module, p["nvidia_smi"]),
         listening=node.listening(p["ports"]),
         interfaces=interfaces(),
-        phases=survey(p["phase_dir"], p["systemctl"]) if p["phase_dir"] else {},
+        phases=survey(p["phase_dir"], "systemctl") if p["phase_dir"] else {},
         passwd={p["passwd_of"]: passwd_entry(p["passwd_of"])} if p["phase_dir"] and p["passwd_of"] else {},
         ansible_facts=setup_facts(module),
     )

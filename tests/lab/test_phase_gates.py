@@ -20,7 +20,6 @@ class Changed:
 
     def __init__(self) -> None:
         self.by_host: dict[str, list[str]] = {}
-
         self.surveyed: dict[str, set[str]] = {}  # host -> the roles whose gate took preflight's survey
 
     def __call__(self, event: dict) -> None:

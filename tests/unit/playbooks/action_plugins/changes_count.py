@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 from ansible.plugins.action import ActionBase
-
-TRACKER = "ansible_collections.sparkfleet.cluster.plugins.callback.changes"
+from ansible_collections.sparkfleet.cluster.plugins.action.phase_state import TRACKER  # the name it reads
 
 
 class ActionModule(ActionBase):
