@@ -95,17 +95,6 @@ def test_each_inventory_set_has_its_own_fact_cache(monkeypatch: pytest.MonkeyPat
     assert fact_cache_env([tmp_path / "tp2"]) == {}  # the caller's own choice is kept
 
 
-def test_second_run_changes_nothing(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    first = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
-    second = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
-    assert first.hosts["local1"].changed == 1
-    assert second.hosts["local1"].changed == 0 and second.exit_code == EXIT_OK
-    assert list(second.hosts) == ["local1"]  # --limit reached ansible
-    assert first.artifacts_dir != second.artifacts_dir
-
-
 def test_check_mode_changes_nothing(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -283,7 +272,9 @@ def test_the_default_strategy_is_linear_and_mitogen_an_opt_in() -> None:
 def test_both_strategies_converge_and_the_other_then_finds_nothing_to_change(
     strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each strategy really runs the modules: a run with the other one finds the work done."""
+    """Each strategy really runs the modules: a second run, with the other one, finds the work done (the
+    idempotence of a run: no test runs the same strategy twice for it). --limit reaches ansible, and each run
+    has its own artifacts."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("SPARKFLEET_STRATEGY", strategy)
@@ -292,6 +283,8 @@ def test_both_strategies_converge_and_the_other_then_finds_nothing_to_change(
     second = run("basic.yml", extravars={"workdir": str(work)}, limit="local1")
     assert first.exit_code == EXIT_OK and first.hosts["local1"].changed == 1
     assert second.exit_code == EXIT_OK and second.hosts["local1"].changed == 0
+    assert list(first.hosts) == list(second.hosts) == ["local1"]  # --limit reached ansible
+    assert first.artifacts_dir != second.artifacts_dir
 
 
 def test_unknown_strategy_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
