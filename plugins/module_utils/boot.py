@@ -184,3 +184,20 @@ def nvidia_modules(release: str, root: str = "/") -> list[str]:
                 full = os.path.join(dirpath, name)
                 found.append("/" + os.path.relpath(full, root).lstrip("/") if root != "/" else full)
     return sorted(found)
+
+
+# Kexec HandOver on by default breaks RDMA memory registration: such a kernel needs kho=off on its command
+# line (module_utils/node.py KERNEL_OPTIONS has the sources). The decision for host_tuning_kho_off=auto, made
+# here for the role's GRUB drop-in (filter sparkfleet.cluster.kho_auto) and for host_status's expected command
+# line.
+KHO_DEFAULT = "CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT"
+
+
+def kho_auto(kconfig: dict[str, str] | None, release: str | None) -> bool:
+    """kho=off is needed: the kernel's build options (module_utils/node.py parse_kernel_config of its
+    /boot/config-<release>) enable Kexec HandOver by default; without them (no config file), when the kernel
+    is 7.x or later (7.0 enables it by default: roles/host_tuning/README.md has the sources)."""
+    if kconfig is not None:
+        return kconfig.get(KHO_DEFAULT) == "y"
+    major = str(release or "").split(".")[0]
+    return re.fullmatch(r"[0-9]+", major) is not None and int(major) >= 7

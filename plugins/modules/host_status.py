@@ -78,6 +78,17 @@ options:
     description: The fwupdmgr executable.
     type: str
     default: fwupdmgr
+  kho_off:
+    description: >-
+      Decide here whether I(expect.cmdline_add) gets C(kho=off) (C(on), C(off), or C(auto): where the build
+      options of kernel I(kconfig_release), its /boot/config, enable Kexec HandOver by default; without that
+      file, a 7.x or later release), in the same round trip. Unset: I(expect.cmdline_add) is taken as given.
+    type: str
+    choices: [auto, "on", "off"]
+  kconfig_release:
+    description: The kernel whose build options C(auto) reads (the kernel the next boot runs); empty = none.
+    type: str
+    default: ""
   root:
     description: Prefix of every file read (tests).
     type: path
@@ -694,6 +705,18 @@ def reboot_reasons(f: dict, expect: dict, container: bool) -> list[str]:
     return reasons
 
 
+def with_kho(p: dict, node: NodeProbe) -> dict:
+    """I(expect) with kho=off put first in cmdline_add when I(kho_off) says so, as the role's GRUB drop-in
+    puts it before host_tuning_kernel_args_extra (module_utils/boot.py kho_auto: the same decision); the
+    decision and what it read go to facts.kho."""
+    release = p["kconfig_release"] or ""
+    kconfig = node.kernel_config(release) if release else None
+    needed = p["kho_off"] == "on" or (p["kho_off"] == "auto" and boot.kho_auto(kconfig, release))
+    p["kho"] = {"mode": p["kho_off"], "release": release, "kconfig": kconfig, "kho_off": needed}
+    given = list(p["expect"].get("cmdline_add") or [])
+    return {**p["expect"], "cmdline_add": (["kho=off"] if needed else []) + given}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -705,6 +728,8 @@ def main() -> None:
             "sysfs_root": {"type": "path", "default": "/sys"},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "fwupdmgr": {"type": "str", "default": "fwupdmgr"},
+            "kho_off": {"type": "str", "choices": ["auto", "on", "off"]},
+            "kconfig_release": {"type": "str", "default": ""},
             "root": {"type": "path", "default": "/"},
             "kernel_release": {"type": "str"},
             "page_size": {"type": "int"},
@@ -712,7 +737,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    if p["kho_off"] is not None:
+        p["expect"] = with_kho(p, NodeProbe(p["root"]))
     facts = collect(module, p)
+    facts["kho"] = p.get("kho")
     container = facts["container"]
     results = checks(facts, p["expect"])
     mark_container(results, container, p["sysfs_root"])

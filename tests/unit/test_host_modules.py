@@ -718,3 +718,50 @@ def test_earlyoom_arguments_are_the_spec():
     assert avoid == "(^|/)(sshd|systemd|dockerd|containerd|containerd-shim.*)$"
     assert (defaults["earlyoom_mem_term_percent"], defaults["earlyoom_mem_kill_percent"]) == (4, 2)
     assert (defaults["earlyoom_swap_term_percent"], defaults["earlyoom_report_interval_s"]) == (100, 60)
+
+
+KHO_ON = "CONFIG_KEXEC_HANDOVER=y\nCONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT=y\n"
+KHO_OFF = "CONFIG_KEXEC_HANDOVER=y\n# CONFIG_KEXEC_HANDOVER_ENABLE_DEFAULT is not set\n"
+
+
+@pytest.mark.parametrize(
+    ("config", "release", "needed"),
+    [
+        (KHO_ON, KERNEL_64K, True),  # 7.0.0-1019-nvidia-64k's config (roles/host_tuning/README.md)
+        (KHO_OFF, KERNEL_64K, False),  # a config says no: the release does not matter
+        ("CONFIG_ARM64_64K_PAGES=y\n", "6.17.0-1032-nvidia", False),
+        (None, "7.0.0-1019-nvidia", True),  # no config file: 7.x and later
+        (None, "6.17.0-1032-nvidia", False),
+        (None, "", False),  # no kernel known (no facts)
+    ],
+)
+def test_host_status_decides_kho_off_in_its_round_trip_as_the_grub_dropin_does(
+    tmp_path, config, release, needed
+):
+    """tasks/reboot_reasons.yml no longer reads /boot/config-<kernel> in a round trip of its own: host_status
+    reads it and puts kho=off first in the expected command line when it is needed, the decision the role's
+    variables make for the GRUB drop-in (filter kho_auto over the grep of tasks/kconfig.yml: one function)."""
+    from ansible_collections.sparkfleet.cluster.plugins.filter.host import kho_auto
+
+    root = spark_root(tmp_path, ready=False)  # /proc/cmdline has splash, not kho=off
+    if config is not None and release:
+        (root / "boot" / f"config-{release}").write_text(config)
+    expect = {**EXPECT, "cmdline_add": ["iommu.passthrough=1"]}  # host_tuning_kernel_args_extra
+    result = status(tmp_path, root, KERNEL_64K, 4096, expect=expect, kho_off="auto", kconfig_release=release)
+    assert result["facts"]["kho"]["kho_off"] is needed
+    cmdline = next(c for c in result["checks"] if c["check"] == "kernel command line")
+    wanted = (["kho=off"] if needed else []) + ["iommu.passthrough=1"]
+    assert all(arg in str(cmdline["expected"]) for arg in wanted), cmdline
+    assert ("kho=off" in str(cmdline["expected"])) is needed
+    assert any("kho=off missing" in r for r in result["reboot_reasons"]) is needed
+    # the role's side: the lines `grep -E '^CONFIG_(KEXEC_HANDOVER|...)=' /boot/config-<release>` prints
+    # (rc 2, no file: none), through the filter the GRUB drop-in's variables use
+    lines = None if config is None else [ln for ln in config.splitlines() if ln.startswith("CONFIG_")]
+    assert kho_auto(lines, release) is needed
+    # on and off need no file; without the option the expected command line is taken as given
+    for mode, want in (("on", True), ("off", False)):
+        forced = status(tmp_path, root, KERNEL_64K, 4096, expect=expect, kho_off=mode, kconfig_release="")
+        assert forced["facts"]["kho"]["kho_off"] is want
+    given = status(tmp_path, root, KERNEL_64K, 4096, expect=EXPECT)
+    assert given["facts"]["kho"] is None
+    assert any("kho=off missing" in r for r in given["reboot_reasons"])
