@@ -154,6 +154,8 @@ def test_the_heads_reach_check_is_one_round_trip_by_address_as_root_and_by_name_
         "spark2 at 10.12.2.2: spark@10.12.2.2: Permission denied (publickey).",
         "spark3 (by name, ~/.ssh/config): spark@spark3: Permission denied (publickey).",
     ]
+    # the checks by name start once those by address ended (no more connections at once than before)
+    assert [c.split("|")[0] for c in calls] == ["root"] * 6 + ["spark"] * 2
     by_address = [c for c in calls if "-F /dev/null" in c]
     by_name = [c for c in calls if "-F /dev/null" not in c]
     assert len(by_address) == 6 and all(
