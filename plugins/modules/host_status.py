@@ -705,16 +705,16 @@ def reboot_reasons(f: dict, expect: dict, container: bool) -> list[str]:
     return reasons
 
 
-def with_kho(p: dict, node: NodeProbe) -> dict:
+def with_kho(p: dict, node: NodeProbe) -> tuple[dict, dict]:
     """I(expect) with kho=off put first in cmdline_add when I(kho_off) says so, as the role's GRUB drop-in
-    puts it before host_tuning_kernel_args_extra (module_utils/boot.py kho_auto: the same decision); the
-    decision and what it read go to facts.kho."""
+    puts it before host_tuning_kernel_args_extra (module_utils/boot.py kho_auto: the same decision), and the
+    decision with what it read (facts.kho)."""
     release = p["kconfig_release"] or ""
     kconfig = node.kernel_config(release) if release else None
     needed = p["kho_off"] == "on" or (p["kho_off"] == "auto" and boot.kho_auto(kconfig, release))
-    p["kho"] = {"mode": p["kho_off"], "release": release, "kconfig": kconfig, "kho_off": needed}
     given = list(p["expect"].get("cmdline_add") or [])
-    return {**p["expect"], "cmdline_add": (["kho=off"] if needed else []) + given}
+    kho = {"mode": p["kho_off"], "release": release, "kconfig": kconfig, "kho_off": needed}
+    return {**p["expect"], "cmdline_add": (["kho=off"] if needed else []) + given}, kho
 
 
 def main() -> None:
@@ -737,10 +737,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    kho = None
     if p["kho_off"] is not None:
-        p["expect"] = with_kho(p, NodeProbe(p["root"]))
+        p["expect"], kho = with_kho(p, NodeProbe(p["root"]))
     facts = collect(module, p)
-    facts["kho"] = p.get("kho")
+    facts["kho"] = kho
     container = facts["container"]
     results = checks(facts, p["expect"])
     mark_container(results, container, p["sysfs_root"])

@@ -758,7 +758,11 @@ def test_host_status_decides_kho_off_in_its_round_trip_as_the_grub_dropin_does(
     # (rc 2, no file: none), through the filter the GRUB drop-in's variables use
     lines = None if config is None else [ln for ln in config.splitlines() if ln.startswith("CONFIG_")]
     assert kho_auto(lines, release) is needed
-    # on and off need no file; without the option the expected command line is taken as given
+
+
+def test_host_status_kho_on_and_off_need_no_file_and_unset_takes_the_command_line_as_given(tmp_path):
+    root = spark_root(tmp_path, ready=False)
+    expect = {**EXPECT, "cmdline_add": ["iommu.passthrough=1"]}
     for mode, want in (("on", True), ("off", False)):
         forced = status(tmp_path, root, KERNEL_64K, 4096, expect=expect, kho_off=mode, kconfig_release="")
         assert forced["facts"]["kho"]["kho_off"] is want
