@@ -7,7 +7,8 @@
 2. With a converged lab named by SPARKFLEET_LAB (TP2 or TP3): plain ansible-playbook, no-op runs of
    playbooks/status.yml and site.yml with each fact cache (each filled first by an untimed site.yml run),
    then with the facts cache and each strategy (Ansible's linear, and
-   sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload, then site.yml
+   sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload, then without
+   sparkfleet.cluster.payloads (each run builds its module payloads again), then site.yml
    without the callback sparkfleet.cluster.changes (every phase gate reads its record itself); and
    `sparkfleet status` against plain ansible-playbook with the same settings (what the wrapper adds).
    Without a lab, 2 is reported as not run.
@@ -172,10 +173,22 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
                 "ratio": baseline / candidate, "how": how}  # fmt: skip
 
     # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
-    alone = env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.changes")
+    alone = env(
+        "facts",
+        "linear",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.payloads,sparkfleet.cluster.changes",
+    )
     # ansible.cfg's callbacks but sparkfleet.cluster.changes: every phase gate makes its own round trip
     unsurveyed = env(
-        "facts", "linear", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload"
+        "facts",
+        "linear",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload,sparkfleet.cluster.payloads",
+    )
+    # ansible.cfg's callbacks but sparkfleet.cluster.payloads: every run builds its module payloads again
+    unkept = env(
+        "facts",
+        "linear",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload,sparkfleet.cluster.changes",
     )
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
@@ -183,6 +196,7 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         b = _timed([*play, book], env("facts", "linear"), repeat)
         m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
         p = _timed([*play, book], alone, repeat)
+        k = _timed([*play, book], unkept, repeat)
         name = Path(book).name
         rows.append(
             row(
@@ -197,6 +211,9 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         rows.append(row(f"no-op {name}: plugin preload", p, b,
                         "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.preload "
                         "(filter and test plugins loaded once in the controller)"))  # fmt: skip
+        rows.append(row(f"no-op {name}: module payloads kept", k, b,
+                        "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.payloads "
+                        "(the module payloads of the run before instead of building them)"))  # fmt: skip
     # the phase gates taking preflight layer 2's survey of their records (docs/design.md "Phase gates")
     a = _timed([*play, "site.yml"], unsurveyed, repeat)
     b = _timed([*play, "site.yml"], env("facts", "linear"), repeat)

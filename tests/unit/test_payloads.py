@@ -1,0 +1,117 @@
+"""The callback sparkfleet.cluster.payloads (ansible.cfg enables it): a run keeps the module payloads it
+built, the next run with the same code takes them instead of building them, and a change to a module or
+module_utils file makes another key (an empty directory: built again)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.sparkfleet.cluster.plugins.callback import payloads
+
+ROOT = Path(__file__).resolve().parents[2]
+PB = ROOT / "tests/unit/playbooks"
+
+
+def run(store: Path, tmp: Path) -> str:
+    """payloads.yml with ANSIBLE_DEBUG (ansible-core then says, per task, whether it built a payload or took
+    the cached one); its output."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "SPARKFLEET_PAYLOAD_CACHE": str(store),
+        "ANSIBLE_DEBUG": "1",
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(PB / "inventory/local.yml"),
+         "-e", f"sysfs_root={tmp / 'sys'}", str(PB / "payloads.yml")],
+        env=env, capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_the_next_run_takes_the_payloads_the_first_built(tmp_path: Path) -> None:
+    store = tmp_path / "payloads"
+    first = run(store, tmp_path)
+    assert first.count("ANSIBALLZ: Creating module") == 2, "the first run builds both payloads"
+    (key,) = store.iterdir()
+    assert (key.stat().st_mode & 0o777, store.stat().st_mode & 0o777) == (0o700, 0o700)
+    kept = sorted(p.name.split("-")[0] for p in key.iterdir())
+    ours = "ansible_collections.sparkfleet.cluster.plugins.modules.rdma_facts"
+    assert kept == ["ansible.modules.ping", ours]
+    second = run(store, tmp_path)
+    assert "ANSIBALLZ: Creating module" not in second
+    assert second.count("ANSIBALLZ: using cached module") == 2
+
+
+def test_a_store_others_can_write_is_not_used(tmp_path: Path) -> None:
+    store = tmp_path / "payloads"
+    store.mkdir()
+    store.chmod(0o777)
+    out = run(store, tmp_path)
+    assert out.count("ANSIBALLZ: Creating module") == 2
+    assert list(store.iterdir()) == []
+
+
+def collection(root: Path, text: str) -> Path:
+    utils = root / "ansible_collections/ns/coll/plugins/module_utils"
+    utils.mkdir(parents=True, exist_ok=True)
+    (utils / "helper.py").write_text(text)
+    (root / "ansible_collections/ns/coll/README.md").write_text("not code: not in the key")
+    return utils / "helper.py"
+
+
+def test_the_key_follows_every_module_and_module_utils_file(tmp_path: Path) -> None:
+    helper = collection(tmp_path, "A = 1\n")
+    roots = [str(tmp_path)]
+    key = payloads.cache_key(roots)
+    assert payloads.cache_key(roots) == key
+    (tmp_path / "ansible_collections/ns/coll/README.md").write_text("changed, still not code")
+    assert payloads.cache_key(roots) == key
+    helper.write_text("A = 2\n")
+    changed = payloads.cache_key(roots)
+    assert changed != key
+    module = tmp_path / "ansible_collections/ns/coll/plugins/modules/new.py"
+    module.parent.mkdir()
+    module.write_text("")
+    assert payloads.cache_key(roots) not in {key, changed}
+
+
+def test_save_keeps_whole_payloads_only_and_the_newest_keys(tmp_path: Path) -> None:
+    run_cache = tmp_path / "run"
+    run_cache.mkdir()
+    for name in ("m1-ZIP_DEFLATED-none", "m1-ZIP_DEFLATED-none.lock", "m2-ZIP_DEFLATED-none-part"):
+        (run_cache / name).write_text(name)
+    root = tmp_path / "store"
+    olds = []
+    for i in range(payloads.KEEP + 1):
+        old = root / f"old{i}"
+        old.mkdir(parents=True)
+        os.utime(old, (1000 + i, 1000 + i))
+        olds.append(old)
+    store = root / "new"
+    assert payloads.save(store, run_cache) == 1
+    assert [p.name for p in store.iterdir()] == ["m1-ZIP_DEFLATED-none"]
+    assert payloads.save(store, run_cache) == 0
+    left = sorted(p.name for p in root.iterdir())
+    assert left == ["new", "old2", "old3", "old4"]
+    into = tmp_path / "next-run"
+    assert payloads.load(store, into) == 1
+    assert (into / "m1-ZIP_DEFLATED-none").read_text() == "m1-ZIP_DEFLATED-none"
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707])
+def test_private_means_this_users_and_not_writable_by_others(tmp_path: Path, mode: int) -> None:
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    assert payloads._private(d)
+    d.chmod(mode)
+    assert not payloads._private(d)
+    link = tmp_path / "link"
+    d.chmod(0o700)
+    link.symlink_to(d)
+    assert not payloads._private(link)
