@@ -8,7 +8,8 @@
    playbooks/status.yml and site.yml with each fact cache (each filled first by an untimed site.yml run),
    then with the facts cache and each strategy (Ansible's linear, and
    sparkfleet's mitogen strategy), then linear without the callback sparkfleet.cluster.preload, then without
-   sparkfleet.cluster.payloads (each run builds its module payloads again), then site.yml
+   sparkfleet.cluster.payloads (each run builds its module payloads again), then with Ansible's default
+   inject_facts_as_vars (every host's facts copied to top-level variables at every task), then site.yml
    without the callback sparkfleet.cluster.changes (every phase gate reads its record itself); and
    `sparkfleet status` against plain ansible-playbook with the same settings (what the wrapper adds).
    Without a lab, 2 is reported as not run.
@@ -197,6 +198,7 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         m = _timed([*play, book], env("facts", "sparkfleet"), repeat)
         p = _timed([*play, book], alone, repeat)
         k = _timed([*play, book], unkept, repeat)
+        f = _timed([*play, book], env("facts", "linear", ANSIBLE_INJECT_FACT_VARS="True"), repeat)
         name = Path(book).name
         rows.append(
             row(
@@ -214,6 +216,9 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         rows.append(row(f"no-op {name}: module payloads kept", k, b,
                         "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.payloads "
                         "(the module payloads of the run before instead of building them)"))  # fmt: skip
+        rows.append(row(f"no-op {name}: facts only in ansible_facts", f, b,
+                        "ansible-playbook, linear, facts cache: inject_facts_as_vars on (Ansible's "
+                        "default) vs off (ansible.cfg)"))  # fmt: skip
     # the phase gates taking preflight layer 2's survey of their records (docs/design.md "Phase gates")
     a = _timed([*play, "site.yml"], unsurveyed, repeat)
     b = _timed([*play, "site.yml"], env("facts", "linear"), repeat)

@@ -439,14 +439,17 @@ class ActionModule(ActionBase):
             collect = task_vars.get("sparkfleet_validate_collect", False)
         # preflight layer 1 checks the roles one after the other: a rule about a variable an earlier role
         # refused is skipped (that role named it); a role's own run starts clean
-        self.carried_bad = set(task_vars.get("sparkfleet_validation_refused") or []) if collect else set()
+        # the verdict so far: host facts (this action's ansible_facts), read where Ansible always puts them
+        # (ansible_facts; top-level copies exist only with inject_facts_as_vars, which ansible.cfg turns off)
+        verdict = task_vars.get("ansible_facts") or {}
+        self.carried_bad = set(verdict.get("sparkfleet_validation_refused") or []) if collect else set()
         problems, warnings, uniform = self._check_role(role, options, defaults, self._task.args, task_vars)
         result.update(changed=False, problems=problems, role=role)
         if collect:
-            known = list(task_vars.get("sparkfleet_validation_problems") or [])
+            known = list(verdict.get("sparkfleet_validation_problems") or [])
             entries = [{"role": role, "msg": p} for p in problems]
-            seen = list(task_vars.get("sparkfleet_validation_warnings") or [])
-            values = dict(task_vars.get("sparkfleet_validation_values") or {})
+            seen = list(verdict.get("sparkfleet_validation_warnings") or [])
+            values = dict(verdict.get("sparkfleet_validation_values") or {})
             values.update({name: {"role": role, "value": v} for name, v in uniform.items()})
             result["ansible_facts"] = {
                 "sparkfleet_validation_problems": known + entries,

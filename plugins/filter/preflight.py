@@ -311,7 +311,7 @@ def validation_verdict(hostvars: Mapping, cluster: list[str]) -> dict[str, list[
         seen: dict[str, list[str]] = {}
         checked = []
         for h in cluster:
-            hv = hostvars[h]
+            hv = hostvars[h].get("ansible_facts") or {}  # host facts: the validate action records them
             entries = hv.get(f"sparkfleet_validation_{kind}")
             if entries is None and kind == "problems":
                 continue  # not in this run's layer 1 (e.g. --limit): nothing to say about it
@@ -325,8 +325,9 @@ def validation_verdict(hostvars: Mapping, cluster: list[str]) -> dict[str, list[
         every = set(checked) or set(cluster)
         for msg, hosts in seen.items():
             out[kind].append(msg if set(hosts) >= every else f"{', '.join(hosts)}: {msg}")
+    recorded = {h: hostvars[h].get("ansible_facts") or {} for h in cluster}
     out["problems"] += uniform_problems(
-        {h: hostvars[h].get("sparkfleet_validation_values") or {} for h in cluster}, cluster[0]
+        {h: recorded[h].get("sparkfleet_validation_values") or {} for h in cluster}, cluster[0]
     )
     return out
 

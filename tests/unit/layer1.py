@@ -189,4 +189,5 @@ def verdict(inventory: Path, reuse_compiled: bool = True) -> dict[str, list[str]
 
     head = groups.get("head", [])
     nodes = head + [h for h in groups.get("cluster", []) if h not in head]
-    return validation_verdict(found, nodes)
+    # the recorded verdict is host facts: hostvars has them under ansible_facts
+    return validation_verdict({h: {"ansible_facts": f} for h, f in found.items()}, nodes)

@@ -59,19 +59,23 @@ def test_expired_facts_are_not_read(loader, tmp_path, monkeypatch):
 
 
 def test_a_real_run_caches_facts_and_the_next_run_reads_them(tmp_path):
-    """ansible.cfg's settings (smart gathering, this cache): run 1 gathers and caches, run 2 (a play
-    with gather_facts false) still sees the facts, from the file this plugin wrote."""
+    """ansible.cfg's settings (smart gathering, this cache, facts only under ansible_facts): run 1 gathers and
+    caches, run 2 (a play with gather_facts false) still sees the facts, from the file this plugin wrote."""
     book = tmp_path / "facts.yml"
     book.write_text(
         "- hosts: localhost\n  connection: local\n  gather_facts: true\n  gather_subset: [min]\n  tasks:\n"
         "    - ansible.builtin.set_fact:\n        mine: 42\n        cacheable: true\n"
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.debug:\n        msg: 'kernel={{ ansible_facts.kernel }} mine={{ mine }}'\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: 'kernel={{ ansible_facts.kernel }} mine={{ ansible_facts.mine }}'\n"
     )
     second = tmp_path / "second.yml"
-    second.write_text(
+    second.write_text(  # and not also as top-level variables (inject_facts_as_vars off)
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.debug:\n        msg: 'kernel={{ ansible_facts.kernel }} mine={{ mine }}'\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: 'kernel={{ ansible_facts.kernel }} mine={{ ansible_facts.mine }}'\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: 'top-level={{ mine is defined or ansible_kernel is defined }}'\n"
     )
     env = {
         **os.environ,
@@ -92,4 +96,5 @@ def test_a_real_run_caches_facts_and_the_next_run_reads_them(tmp_path):
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert f"kernel={os.uname().release} mine=42" in proc.stdout
+    assert "top-level=False" in proc.stdout
     assert json.loads((tmp_path / "facts/localhost").read_text())["mine"] == 42

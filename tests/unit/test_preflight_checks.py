@@ -80,11 +80,11 @@ def test_a_range_without_a_kind_is_a_whole_number_range():
 def test_verdict_names_each_problem_once_and_the_nodes_when_not_all():
     shared = {"role": "earlyoom", "msg": "earlyoom_mem_kill_percent=0: expected a whole number >= 1"}
     own = {"role": "sparkfleet", "msg": "sparkfleet_node=10: expected a whole number between 1 and 9"}
-    hostvars = {
+    recorded = {
         "spark1": {"sparkfleet_validation_problems": [shared], "sparkfleet_validation_values": {}},
         "spark2": {"sparkfleet_validation_problems": [shared, own], "sparkfleet_validation_values": {}},
     }
-    out = pf.validation_verdict(hostvars, ["spark1", "spark2"])
+    out = pf.validation_verdict({h: {"ansible_facts": f} for h, f in recorded.items()}, ["spark1", "spark2"])
     assert out["problems"] == [
         "earlyoom: earlyoom_mem_kill_percent=0: expected a whole number >= 1",
         "spark2: sparkfleet: sparkfleet_node=10: expected a whole number between 1 and 9",
@@ -93,7 +93,7 @@ def test_verdict_names_each_problem_once_and_the_nodes_when_not_all():
 
 def test_verdict_refuses_a_node_whose_uniform_value_differs_from_the_head():
     values = {"host_tuning_vm_min_free_kbytes": {"role": "host_tuning", "value": 1048576}}
-    hostvars = {
+    recorded = {
         "spark1": {"sparkfleet_validation_problems": [], "sparkfleet_validation_values": values},
         "spark2": {
             "sparkfleet_validation_problems": [],
@@ -103,6 +103,7 @@ def test_verdict_refuses_a_node_whose_uniform_value_differs_from_the_head():
         },
         "spark3": {"sparkfleet_validation_problems": [], "sparkfleet_validation_values": values},
     }
+    hostvars = {h: {"ansible_facts": f} for h, f in recorded.items()}  # the verdict is host facts
     out = pf.validation_verdict(hostvars, ["spark1", "spark2", "spark3"])
     assert out["problems"] == [
         "spark2: host_tuning: host_tuning_vm_min_free_kbytes=65536 on spark2 differs from spark1's 1048576: "
