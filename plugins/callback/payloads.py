@@ -13,9 +13,13 @@ this run built. The directory is named by a key over everything a payload is mad
 ever reused for the same code:
   - the versions of ansible-core, of the `ansible` package (the collections it ships) and of Python;
   - the content (SHA-256) of every module and module_utils file of every collection under the configured
-    collections paths (this collection's own plugins/modules and plugins/module_utils among them).
+    collections paths (this collection's own plugins/modules and plugins/module_utils among them), and of
+    every file in the module_utils directories outside ansible-core (configured, or beside a playbook or a
+    role), which a module's `ansible.module_utils` imports can reach.
+Payloads of modules outside a collection and ansible-core (a `library/` beside a playbook or in a role:
+ansible-core names them `ansible.legacy.<name>`, by name alone) are never kept: the key does not cover them.
 Any change to one of those makes a new key and so an empty directory: the run builds as before. The four
-newest keys' directories are kept (a few MB each), older ones are removed.
+newest keys' directories are kept (about 8 MB each for this collection's modules), older ones are removed.
 
 Safety: the directory (default `~/.cache/sparkfleet/payloads`) is made private (0700) and is used only when
 it is owned by the user running Ansible and is not writable by others, since a payload is code that runs on
@@ -37,6 +41,7 @@ from typing import Any
 
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import module_utils_loader
 from ansible.release import __version__ as ANSIBLE_CORE_VERSION
 from ansible.utils.display import Display
 
@@ -49,8 +54,9 @@ description:
     this run built.
   - The kept payloads are in a directory named by a key over the versions of ansible-core, the C(ansible)
     package and Python and the SHA-256 of every module and module_utils file of the collections under the
-    configured collections paths, so a payload is reused only for the same code. The four newest keys'
-    directories are kept.
+    configured collections paths and of every file in the module_utils directories outside ansible-core, so a
+    payload is reused only for the same code. Payloads of modules outside a collection and ansible-core
+    (C(ansible.legacy.<name>)) are never kept. The four newest keys' directories are kept.
   - Prints nothing and changes no result. The cache is used only when its directory is owned by the user
     running Ansible and not writable by group or others; on any error the run builds its payloads as
     without this plugin.
@@ -94,17 +100,28 @@ def _collection_files(root: Path) -> list[Path]:
     return found
 
 
-def cache_key(collection_roots: list[str] | None = None) -> str:
+def _module_utils_dirs() -> list[str]:
+    """The module_utils search path outside ansible-core's own package (which its version covers)."""
+    core = Path(C.__file__).resolve().parent
+    dirs = [Path(p) for p in module_utils_loader.print_paths().split(os.pathsep) if p]
+    return [str(d) for d in dirs if d.is_dir() and not d.resolve().is_relative_to(core)]
+
+
+def cache_key(collection_roots: list[str] | None = None, module_utils_dirs: list[str] | None = None) -> str:
     """The key of the code a payload is built from (see the module docstring)."""
     h = hashlib.sha256()
     h.update(f"{ANSIBLE_CORE_VERSION}|{_ansible_version()}|{sys.version}|".encode())
     roots = C.COLLECTIONS_PATHS if collection_roots is None else collection_roots
+    found: list[tuple[str, Path, Path]] = []
     for root in roots:
         base = Path(os.path.expanduser(root))
-        h.update(f"root {base.resolve()}\n".encode())
-        for path in _collection_files(base):
-            h.update(f"{path.relative_to(base)}\n".encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+        found += [("collections", base, path) for path in _collection_files(base)]
+    for extra in _module_utils_dirs() if module_utils_dirs is None else module_utils_dirs:
+        base = Path(extra)
+        found += [("module_utils", base, p) for p in sorted(base.rglob("*")) if p.is_file()]
+    for kind, base, path in found:
+        h.update(f"{kind} {base.resolve()} {path.relative_to(base)}\n".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
     return h.hexdigest()[:16]
 
 
@@ -115,11 +132,14 @@ def _private(path: Path) -> bool:
 
 
 def _payload_names(directory: Path) -> list[str]:
-    """The payload files in a payload cache (not ansible-core's lock files or half-written ones)."""
+    """The payload files in a payload cache that the key covers: not ansible-core's lock files or half-written
+    ones, and not those of modules outside a collection or ansible-core (`ansible.legacy.<name>`)."""
     if not directory.is_dir():
         return []
     names = (p.name for p in directory.iterdir() if p.is_file())
-    return sorted(n for n in names if not n.endswith((".lock", "-part")))
+    return sorted(
+        n for n in names if not n.endswith((".lock", "-part")) and not n.startswith("ansible.legacy.")
+    )
 
 
 def load(store: Path, run_cache: Path) -> int:

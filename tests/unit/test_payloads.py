@@ -66,25 +66,48 @@ def collection(root: Path, text: str) -> Path:
 
 
 def test_the_key_follows_every_module_and_module_utils_file(tmp_path: Path) -> None:
-    helper = collection(tmp_path, "A = 1\n")
-    roots = [str(tmp_path)]
-    key = payloads.cache_key(roots)
-    assert payloads.cache_key(roots) == key
-    (tmp_path / "ansible_collections/ns/coll/README.md").write_text("changed, still not code")
-    assert payloads.cache_key(roots) == key
+    helper = collection(tmp_path / "coll", "A = 1\n")
+    utils = tmp_path / "module_utils"  # a module_utils directory outside ansible-core and the collections
+    utils.mkdir()
+    (utils / "mine.py").write_text("B = 1\n")
+    roots, dirs = [str(tmp_path / "coll")], [str(utils)]
+    key = payloads.cache_key(roots, dirs)
+    assert payloads.cache_key(roots, dirs) == key
+    (tmp_path / "coll/ansible_collections/ns/coll/README.md").write_text("changed, still not code")
+    assert payloads.cache_key(roots, dirs) == key
+    keys = {key}
     helper.write_text("A = 2\n")
-    changed = payloads.cache_key(roots)
-    assert changed != key
-    module = tmp_path / "ansible_collections/ns/coll/plugins/modules/new.py"
+    keys.add(payloads.cache_key(roots, dirs))
+    module = tmp_path / "coll/ansible_collections/ns/coll/plugins/modules/new.py"
     module.parent.mkdir()
     module.write_text("")
-    assert payloads.cache_key(roots) not in {key, changed}
+    keys.add(payloads.cache_key(roots, dirs))
+    (utils / "mine.py").write_text("B = 2\n")
+    keys.add(payloads.cache_key(roots, dirs))
+    assert len(keys) == 4, "each change makes another key"
+
+
+def test_the_module_utils_path_outside_ansible_core_is_in_the_key(tmp_path: Path, monkeypatch) -> None:
+    """ansible-core's own module_utils (its version is in the key) is left out of the search path the key
+    hashes; a directory on it, as Ansible adds one beside a playbook or in a role, is in."""
+    import ansible
+
+    core = str(Path(ansible.__file__).resolve().parent / "module_utils")
+    search = f"{tmp_path}:/nonexistent:{core}"
+    monkeypatch.setattr(payloads.module_utils_loader, "print_paths", lambda: search)
+    assert payloads._module_utils_dirs() == [str(tmp_path)]
 
 
 def test_save_keeps_whole_payloads_only_and_the_newest_keys(tmp_path: Path) -> None:
     run_cache = tmp_path / "run"
     run_cache.mkdir()
-    for name in ("m1-ZIP_DEFLATED-none", "m1-ZIP_DEFLATED-none.lock", "m2-ZIP_DEFLATED-none-part"):
+    names = (
+        "m1-ZIP_DEFLATED-none",
+        "m1-ZIP_DEFLATED-none.lock",
+        "m2-ZIP_DEFLATED-none-part",
+        "ansible.legacy.mine-ZIP_DEFLATED-none",
+    )  # the last: a library/ module, by name only
+    for name in names:
         (run_cache / name).write_text(name)
     root = tmp_path / "store"
     olds = []
