@@ -14,10 +14,10 @@ description:
     problem is named once, by the rule that owns it. Each message names the variable, its value and the fix
     (the option's description).
   - Fails with the list of problems, or, with C(collect) (or the variable C(sparkfleet_validate_collect)),
-    records them in the node's C(sparkfleet_validation_problems) instead, with the warnings and the
-    C(uniform) values, for the verdict (filter C(sparkfleet.cluster.validation_verdict)). Preflight layer 1
-    imports every role's C(tasks/validate.yml) this way, so each role's variables come from Ansible's own
-    precedence; the variables a role refused are carried to the roles after it
+    records them in the node's host fact C(ansible_facts.sparkfleet_validation_problems) instead, with the
+    warnings and the C(uniform) values, for the verdict (filter C(sparkfleet.cluster.validation_verdict)).
+    Preflight layer 1 imports every role's C(tasks/validate.yml) this way, so each role's variables come from
+    Ansible's own precedence; the variables a role refused are carried to the roles after it
     (C(sparkfleet_validation_refused)), whose rules about them are skipped.
 options:
   rules:
