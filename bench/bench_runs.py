@@ -18,6 +18,7 @@ SPARKFLEET_BENCH_REPEAT (default 1) repeats each lab measurement and keeps the f
 
 from __future__ import annotations
 
+import configparser
 import os
 import subprocess
 import sys
@@ -29,6 +30,16 @@ from bench import lab_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+# ansible.cfg's callbacks_enabled: a row that measures one of them runs without it and the rest as configured
+def _callbacks() -> list[str]:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    return [c.strip() for c in cfg["defaults"]["callbacks_enabled"].split(",")]
+
+
+CALLBACKS = _callbacks()
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -173,24 +184,13 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         return {"name": f"{lab.topology} {what}", "baseline": baseline, "candidate": candidate, "unit": "s",
                 "ratio": baseline / candidate, "how": how}  # fmt: skip
 
-    # ansible.cfg's callbacks but sparkfleet.cluster.preload: each task's worker loads its plugins itself
-    alone = env(
-        "facts",
-        "linear",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.payloads,sparkfleet.cluster.changes",
-    )
-    # ansible.cfg's callbacks but sparkfleet.cluster.changes: every phase gate makes its own round trip
-    unsurveyed = env(
-        "facts",
-        "linear",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload,sparkfleet.cluster.payloads",
-    )
-    # ansible.cfg's callbacks but sparkfleet.cluster.payloads: every run builds its module payloads again
-    unkept = env(
-        "facts",
-        "linear",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer,sparkfleet.cluster.preload,sparkfleet.cluster.changes",
-    )
+    def without(callback: str) -> dict[str, str]:  # ansible.cfg's callbacks but one
+        kept = [c for c in CALLBACKS if c != callback]
+        return env("facts", "linear", ANSIBLE_CALLBACKS_ENABLED=",".join(kept))
+
+    alone = without("sparkfleet.cluster.preload")  # each task's worker loads its plugins itself
+    unsurveyed = without("sparkfleet.cluster.changes")  # every phase gate makes its own round trip
+    unkept = without("sparkfleet.cluster.payloads")  # every run builds its module payloads again
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)

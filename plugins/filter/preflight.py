@@ -306,13 +306,13 @@ def validation_verdict(hostvars: Mapping, cluster: list[str]) -> dict[str, list[
     if not cluster:
         return {"problems": inventory_problems({}, {"cluster": []}), "warnings": []}
     cluster = list(cluster)
+    recorded = {h: hostvars[h].get("ansible_facts") or {} for h in cluster}  # the validate action's facts
     out: dict[str, list[str]] = {"problems": [], "warnings": []}
     for kind in ("problems", "warnings"):
         seen: dict[str, list[str]] = {}
         checked = []
         for h in cluster:
-            hv = hostvars[h].get("ansible_facts") or {}  # host facts: the validate action records them
-            entries = hv.get(f"sparkfleet_validation_{kind}")
+            entries = recorded[h].get(f"sparkfleet_validation_{kind}")
             if entries is None and kind == "problems":
                 continue  # not in this run's layer 1 (e.g. --limit): nothing to say about it
             checked.append(h)
@@ -325,7 +325,6 @@ def validation_verdict(hostvars: Mapping, cluster: list[str]) -> dict[str, list[
         every = set(checked) or set(cluster)
         for msg, hosts in seen.items():
             out[kind].append(msg if set(hosts) >= every else f"{', '.join(hosts)}: {msg}")
-    recorded = {h: hostvars[h].get("ansible_facts") or {} for h in cluster}
     out["problems"] += uniform_problems(
         {h: recorded[h].get("sparkfleet_validation_values") or {} for h in cluster}, cluster[0]
     )
