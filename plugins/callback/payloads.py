@@ -19,7 +19,8 @@ ever reused for the same code:
 Payloads of modules outside a collection and ansible-core (a `library/` beside a playbook or in a role:
 ansible-core names them `ansible.legacy.<name>`, by name alone) are never kept: the key does not cover them.
 Any change to one of those makes a new key and so an empty directory: the run builds as before. The four
-newest keys' directories are kept (about 8 MB each for this collection's modules), older ones are removed.
+newest keys' directories are kept (about 8 MB each for this collection's modules), older ones are removed:
+only directories this plugin made (a 16-hex name and its mark file), never anything else in the directory.
 
 Safety: the directory (default `~/.cache/sparkfleet/payloads`) is made private (0700) and is used only when
 it is owned by the user running Ansible and is not writable by others, since a payload is code that runs on
@@ -56,7 +57,8 @@ description:
     package and Python and the SHA-256 of every module and module_utils file of the collections under the
     configured collections paths and of every file in the module_utils directories outside ansible-core, so a
     payload is reused only for the same code. Payloads of modules outside a collection and ansible-core
-    (C(ansible.legacy.<name>)) are never kept. The four newest keys' directories are kept.
+    (C(ansible.legacy.<name>)) are never kept. The four newest keys' directories are kept; only key
+    directories this plugin made (with its mark file) are ever removed.
   - Prints nothing and changes no result. The cache is used only when its directory is owned by the user
     running Ansible and not writable by group or others; on any error the run builds its payloads as
     without this plugin.
@@ -133,12 +135,13 @@ def _private(path: Path) -> bool:
 
 def _payload_names(directory: Path) -> list[str]:
     """The payload files in a payload cache that the key covers: not ansible-core's lock files or half-written
-    ones, and not those of modules outside a collection or ansible-core (`ansible.legacy.<name>`)."""
+    ones, not those of modules outside a collection or ansible-core (`ansible.legacy.<name>`), not this
+    plugin's mark or its files being written (dot files)."""
     if not directory.is_dir():
         return []
     names = (p.name for p in directory.iterdir() if p.is_file())
     return sorted(
-        n for n in names if not n.endswith((".lock", "-part")) and not n.startswith("ansible.legacy.")
+        n for n in names if not n.endswith((".lock", "-part")) and not n.startswith(("ansible.legacy.", "."))
     )
 
 
@@ -151,10 +154,24 @@ def load(store: Path, run_cache: Path) -> int:
     return len(names)
 
 
+MARK = ".sparkfleet-payloads"  # in every key directory this plugin made: only those are ever pruned
+
+
+def _ours(path: Path) -> bool:
+    """A key directory this plugin made: a 16-hex name, a real directory, with its mark."""
+    name = path.name
+    return (
+        len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+        and path.is_dir() and not path.is_symlink() and (path / MARK).is_file()
+    )  # fmt: skip
+
+
 def save(store: Path, run_cache: Path) -> int:
     """Keep the payloads this run built that the store does not have (each written whole, then renamed); how
-    many. Then remove all but the newest KEEP key directories."""
+    many. Then remove all but the newest KEEP key directories, only ever those this plugin made (_ours): the
+    cache directory may be one an admin points at with files of their own."""
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (store / MARK).touch()
     have = set(_payload_names(store))
     saved = 0
     for name in _payload_names(run_cache):
@@ -167,7 +184,7 @@ def save(store: Path, run_cache: Path) -> int:
         saved += 1
     if saved:
         os.utime(store)
-    keys = [p for p in store.parent.iterdir() if p.is_dir()]
+    keys = [p for p in store.parent.iterdir() if _ours(p)]
     keys.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for old in keys[KEEP:]:
         if old != store:

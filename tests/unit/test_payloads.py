@@ -40,7 +40,7 @@ def test_the_next_run_takes_the_payloads_the_first_built(tmp_path: Path) -> None
     assert first.count("ANSIBALLZ: Creating module") == 2, "the first run builds both payloads"
     (key,) = store.iterdir()
     assert (key.stat().st_mode & 0o777, store.stat().st_mode & 0o777) == (0o700, 0o700)
-    kept = sorted(p.name.split("-")[0] for p in key.iterdir())
+    kept = sorted(p.name.split("-")[0] for p in key.iterdir() if p.name != payloads.MARK)
     ours = "ansible_collections.sparkfleet.cluster.plugins.modules.rdma_facts"
     assert kept == ["ansible.modules.ping", ours]
     second = run(store, tmp_path)
@@ -110,18 +110,23 @@ def test_save_keeps_whole_payloads_only_and_the_newest_keys(tmp_path: Path) -> N
     for name in names:
         (run_cache / name).write_text(name)
     root = tmp_path / "store"
-    olds = []
-    for i in range(payloads.KEEP + 1):
-        old = root / f"old{i}"
+    for i in range(payloads.KEEP + 1):  # key directories earlier runs made, oldest first
+        old = root / f"{i:016x}"
         old.mkdir(parents=True)
+        (old / payloads.MARK).touch()
         os.utime(old, (1000 + i, 1000 + i))
-        olds.append(old)
-    store = root / "new"
+    mine = root / "0123456789abcdef"  # a key-like name, but not made by the plugin (no mark)
+    mine.mkdir()
+    os.utime(mine, (1, 1))
+    (root / "photos").mkdir()  # and a directory of the admin's own in a cache directory they chose
+    os.utime(root / "photos", (1, 1))
+    store = root / "fedcba9876543210"
     assert payloads.save(store, run_cache) == 1
-    assert [p.name for p in store.iterdir()] == ["m1-ZIP_DEFLATED-none"]
+    assert [p.name for p in store.iterdir() if p.name != payloads.MARK] == ["m1-ZIP_DEFLATED-none"]
     assert payloads.save(store, run_cache) == 0
     left = sorted(p.name for p in root.iterdir())
-    assert left == ["new", "old2", "old3", "old4"]
+    keys = [f"{i:016x}" for i in (2, 3, 4)]
+    assert left == sorted(["0123456789abcdef", "photos", "fedcba9876543210", *keys])
     into = tmp_path / "next-run"
     assert payloads.load(store, into) == 1
     assert (into / "m1-ZIP_DEFLATED-none").read_text() == "m1-ZIP_DEFLATED-none"
