@@ -1,6 +1,8 @@
-"""The callback sparkfleet.cluster.preload (ansible.cfg enables it): the worker forked for a task inherits the
-filter and test plugins the controller loaded before the first task, where without it each worker loads them
-itself; templates render as before; a filter file that cannot be loaded is named and left alone."""
+"""What the worker process forked for each task inherits from the controller, through two callbacks that
+ansible.cfg enables. sparkfleet.cluster.preload: the filter and test plugins the controller loaded before the
+first task, where without it each worker loads them itself; templates render as before; a filter file that
+cannot be loaded is named and left alone. sparkfleet.cluster.gc_freeze: the objects the controller froze for
+the garbage collector at the playbook's and each play's start (none without it), nothing more at a task's."""
 
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ def run(**env: str) -> dict:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
-    first, second = (task["hosts"]["local1"] for task in doc["plays"][0]["tasks"][:2])
-    return {"imported": first["imported"], "rendered": second["msg"]}
+    first, second, third, fourth = (task["hosts"]["local1"] for task in doc["plays"][0]["tasks"])
+    (fifth,) = (task["hosts"]["local1"] for task in doc["plays"][1]["tasks"])
+    frozen = [third["frozen"], fourth["frozen"], fifth["frozen"]]
+    return {"imported": first["imported"], "rendered": second["msg"], "frozen": frozen}
 
 
 def test_a_tasks_worker_inherits_the_plugins_loaded_before_the_first_task():
@@ -40,6 +44,13 @@ def test_a_tasks_worker_inherits_the_plugins_loaded_before_the_first_task():
     alone = run(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
     assert alone["imported"] == []
     assert preloaded["rendered"] == alone["rendered"] == "ac True"
+    # gc_freeze: the loaded playbook and ansible-core are frozen in every worker (-vvv counts 70,807 for
+    # playbooks/status.yml); a task's start freezes nothing more (the next task's worker has no more frozen,
+    # only fewer when a frozen object was freed); none without the callback
+    play1, later, play2 = preloaded["frozen"]
+    assert play1 > 50_000 and play2 > 50_000, preloaded["frozen"]
+    assert later <= play1, preloaded["frozen"]
+    assert alone["frozen"] == [0, 0, 0]
 
 
 def test_a_filter_file_that_cannot_be_loaded_is_named_and_the_rest_still_load(tmp_path, monkeypatch):
