@@ -120,6 +120,18 @@ def _timed(argv: list[str], env: dict[str, str], repeat: int) -> float:
     return best
 
 
+def _peak(argv: list[str], env: dict[str, str]) -> float:
+    """The largest resident set, in MB, of the run's process and the children it waited for (wait4)."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}\n{out.read()[-3000:].decode()}")
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
 # What each task's worker process spent (TaskExecutor.run, CPU of that process) and whether it loaded the
 # filter plugins itself: a sitecustomize on PYTHONPATH wraps the executor in every worker of one run.
 WORKER_PROBE = r"""
@@ -191,6 +203,7 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
     alone = without("sparkfleet.cluster.preload")  # each task's worker loads its plugins itself
     unsurveyed = without("sparkfleet.cluster.changes")  # every phase gate makes its own round trip
     unkept = without("sparkfleet.cluster.payloads")  # every run builds its module payloads again
+    unfrozen = without("sparkfleet.cluster.gc_freeze")  # every full collection walks the loaded playbook
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
@@ -199,6 +212,7 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         p = _timed([*play, book], alone, repeat)
         k = _timed([*play, book], unkept, repeat)
         f = _timed([*play, book], env("facts", "linear", ANSIBLE_INJECT_FACT_VARS="True"), repeat)
+        g = _timed([*play, book], unfrozen, repeat)
         name = Path(book).name
         rows.append(
             row(
@@ -219,6 +233,17 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         rows.append(row(f"no-op {name}: facts only in ansible_facts", f, b,
                         "ansible-playbook, linear, facts cache: inject_facts_as_vars on (Ansible's "
                         "default) vs off (ansible.cfg)"))  # fmt: skip
+        rows.append(row(f"no-op {name}: heap frozen before forks", g, b,
+                        "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.gc_freeze "
+                        "(the loaded playbook frozen for the garbage collector at the playbook's and each "
+                        "play's start)"))  # fmt: skip
+    # what the freeze costs in memory: the peak resident set of the run's largest process, without and with it
+    loose, frozen = _peak([*play, "site.yml"], unfrozen), _peak([*play, "site.yml"], env("facts", "linear"))
+    rows.append({"name": f"{lab.topology} no-op site.yml: peak memory, heap frozen", "baseline": loose,
+                 "candidate": frozen, "unit": "MiB", "ratio": loose / frozen,
+                 "how": "the largest resident set of ansible-playbook and its workers (wait4's ru_maxrss), "
+                        "without vs with sparkfleet.cluster.gc_freeze; a ratio under 1 is memory the freeze "
+                        "keeps"})  # fmt: skip
     # the phase gates taking preflight layer 2's survey of their records (docs/design.md "Phase gates")
     a = _timed([*play, "site.yml"], unsurveyed, repeat)
     b = _timed([*play, "site.yml"], env("facts", "linear"), repeat)
