@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils import yaml_files
 
 ROOT = Path(__file__).resolve().parents[2]
 # the callback sparkfleet.cluster.changes, by the module name Ansible loads it under
@@ -116,7 +116,7 @@ class ActionModule(ActionBase):
     def digest(self, task_vars: dict[str, Any]) -> str:
         name, path = self._role()
         specs_file = path / "meta/argument_specs.yml"
-        specs = yaml.safe_load(specs_file.read_text()) if specs_file.exists() else {}
+        specs = yaml_files.load(specs_file.read_text()) if specs_file.exists() else {}
         options = (((specs or {}).get("argument_specs") or {}).get("main") or {}).get("options") or {}
         values = {}
         for option in sorted(options):
@@ -126,7 +126,7 @@ class ActionModule(ActionBase):
                 except AnsibleError:  # a default computed from what the role reads on the node: as written
                     values[option] = ["unresolved", str(task_vars[option])]
         inputs = self._task.args.get("inputs") or {}
-        galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+        galaxy = yaml_files.load((ROOT / "galaxy.yml").read_text())
         blob = canonical(
             {
                 "collection": galaxy.get("version"),

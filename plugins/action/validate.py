@@ -38,11 +38,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.cluster.plugins.module_utils.input_kinds import as_int, check_kind
+from ansible_collections.sparkfleet.cluster.plugins.plugin_utils import yaml_files
 from ansible_collections.sparkfleet.cluster.plugins.plugin_utils.ansible_private import task_role
 
 PLACEHOLDER = "CHANGE-ME"
@@ -208,9 +208,9 @@ class ActionModule(ActionBase):
         # the unit tests do, reads each role once; nothing here changes what was read)
         key = (str(path), entry, tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
         if key not in _ROLE_FILES:
-            specs = yaml.safe_load(files[0].read_text()) if files[0].exists() else {}
+            specs = yaml_files.load(files[0].read_text()) if files[0].exists() else {}
             options = ((specs or {}).get("argument_specs") or {}).get(entry, {}).get("options") or {}
-            defaults = yaml.safe_load(files[1].read_text()) if files[1].exists() else {}
+            defaults = yaml_files.load(files[1].read_text()) if files[1].exists() else {}
             _ROLE_FILES[key] = (options, defaults or {})
         options, defaults = _ROLE_FILES[key]
         return role_name, options, dict(defaults)
