@@ -132,6 +132,21 @@ def _peak(argv: list[str], env: dict[str, str]) -> float:
     return usage.ru_maxrss / 1024  # KiB on Linux
 
 
+# The roles' YAML files parsed by the validate and phase_state actions with PyYAML's pure-Python parser, as
+# before plugin_utils/yaml_files.py: a sitecustomize on PYTHONPATH hands yaml.load SafeLoader where that
+# module asks for CSafeLoader (only there: ansible-core parses the playbook with libyaml either way).
+PURE_YAML = r"""
+import sys, yaml
+_load = yaml.load
+def load(stream, Loader):
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    if Loader is getattr(yaml, "CSafeLoader", None) and caller.endswith(".plugin_utils.yaml_files"):
+        Loader = yaml.SafeLoader
+    return _load(stream, Loader)
+yaml.load = load
+"""
+
+
 # What each task's worker process spent (TaskExecutor.run, CPU of that process) and whether it loaded the
 # filter plugins itself: a sitecustomize on PYTHONPATH wraps the executor in every worker of one run.
 WORKER_PROBE = r"""
@@ -204,6 +219,9 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
     unsurveyed = without("sparkfleet.cluster.changes")  # every phase gate makes its own round trip
     unkept = without("sparkfleet.cluster.payloads")  # every run builds its module payloads again
     unfrozen = without("sparkfleet.cluster.gc_freeze")  # every full collection walks the loaded playbook
+    (tmp / "pure_yaml").mkdir(exist_ok=True)
+    (tmp / "pure_yaml" / "sitecustomize.py").write_text(PURE_YAML)
+    pure = env("facts", "linear", PYTHONPATH=str(tmp / "pure_yaml"))  # the roles' YAML without libyaml
     rows = []
     for book in ("playbooks/status.yml", "site.yml"):
         a = _timed([*play, book], env("jsonfile", "linear"), repeat)
@@ -213,6 +231,7 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
         k = _timed([*play, book], unkept, repeat)
         f = _timed([*play, book], env("facts", "linear", ANSIBLE_INJECT_FACT_VARS="True"), repeat)
         g = _timed([*play, book], unfrozen, repeat)
+        y = _timed([*play, book], pure, repeat)
         name = Path(book).name
         rows.append(
             row(
@@ -237,6 +256,10 @@ def bench_lab_runs(tmp: Path) -> list[dict]:
                         "ansible-playbook, linear, facts cache: without vs with sparkfleet.cluster.gc_freeze "
                         "(the loaded playbook frozen for the garbage collector at the playbook's and each "
                         "play's start)"))  # fmt: skip
+        rows.append(row(f"no-op {name}: roles' YAML with libyaml", y, b,
+                        "ansible-playbook, linear, facts cache: the validate and phase_state actions parse "
+                        "the roles' YAML files with PyYAML's pure-Python parser vs libyaml "
+                        "(plugin_utils/yaml_files.py)"))  # fmt: skip
     # what the freeze costs in memory: the peak resident set of the run's largest process, without and with it
     loose, frozen = _peak([*play, "site.yml"], unfrozen), _peak([*play, "site.yml"], env("facts", "linear"))
     rows.append({"name": f"{lab.topology} no-op site.yml: peak memory, heap frozen", "baseline": loose,
