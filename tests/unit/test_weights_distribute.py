@@ -199,11 +199,10 @@ def test_disk_full_reads_rsyncs_words():
 
 # ---- transport tcp: the receiver runs here through the stand-in ssh, bound to 127.0.0.1 -----------------
 def free_port() -> int:
-    import socket
+    """Below the ephemeral range, as every lab listener's (lab/sparkfleet_lab/ports.py says why)."""
+    from sparkfleet_lab import ports
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def tcp_targets(files, host="spark2"):

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkfleet_lab import engine as engine_repo
+from sparkfleet_lab import ports
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "0.0.0.0") -> int:  # noqa: S104 - a probe bind; rank 0's rendezvous binds 0.0.0.0
+    """A TCP port free on `host`, below the ephemeral range (sparkfleet_lab/ports.py says why)."""
+    return ports.free_port(socket.SOCK_STREAM, host)
 
 
 def make_snapshot(

@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 from sparkfleet.text import ANSI_RE
 
-from sparkfleet_lab import topology
+from sparkfleet_lab import ports, topology
 from sparkfleet_lab.core import NAME_RE, LabError, default_project_dir
 from sparkfleet_lab.lab_base import LabPaths
 from sparkfleet_lab.vm import image
@@ -77,9 +77,8 @@ def is_vm_lab(name: str, project_dir: Path | None = None) -> bool:
 
 
 def _free_port(kind: int, address: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
+    """A port of `kind` free on `address`, below the ephemeral range (sparkfleet_lab/ports.py says why)."""
+    return ports.free_port(kind, address)
 
 
 class VmLab(LabPaths):
