@@ -203,15 +203,21 @@ def test_a_run_killed_with_sigkill_frees_the_lock_and_the_next_run_takes_over(
         str(REPO),
     ]
     cli += ["-e", f"sparkfleet_state_dir={state}", "-e", f"gate={gate}"]
-    proc = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "cli.log"  # the CLI's output, shown when the record is not as expected
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         held = wait_for("the CLI to take the lock", lambda: record(state))
         assert held["pid"] == proc.pid
+        ran = proc.poll()  # None: the run was still going (held by the gate) when it was killed
         proc.kill()  # SIGKILL: no cleanup runs in sparkfleet
         proc.wait()
         # The holder on the "head" sees its connection close and exits: the kernel frees the flock.
         wait_for("the holder to let go", lambda: lock_is_free(state), timeout=20)
-        assert record(state)["run_id"] == held["run_id"]  # the record of the run that is gone stays
+        left = record(state)  # the record of the run that is gone stays
+        assert ran is None and left is not None and left["run_id"] == held["run_id"], (
+            f"CLI exit before the kill: {ran}; record: {left}\n{log.read_text(errors='replace')[-3000:]}"
+        )
     finally:
         gate.touch()  # the orphaned ansible-playbook ends too
         if proc.poll() is None:
