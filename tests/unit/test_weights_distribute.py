@@ -9,6 +9,7 @@ import stat
 import subprocess
 
 import pytest
+from sparkfleet_lab.ports import free_port
 from test_weights_support import load_module
 
 dist = load_module("weights_distribute")
@@ -198,13 +199,7 @@ def test_disk_full_reads_rsyncs_words():
 
 
 # ---- transport tcp: the receiver runs here through the stand-in ssh, bound to 127.0.0.1 -----------------
-def free_port() -> int:
-    """Below the ephemeral range, as every lab listener's (lab/sparkfleet_lab/ports.py says why)."""
-    from sparkfleet_lab import ports
-
-    return ports.free_port()
-
-
+# (its port below the ephemeral range, as every lab listener's: lab/sparkfleet_lab/ports.py says why)
 def tcp_targets(files, host="spark2"):
     return [{"host": host, "user": "", "addresses": ["127.0.0.1"], "files": files}]
 

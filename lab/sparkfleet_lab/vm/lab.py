@@ -76,11 +76,6 @@ def is_vm_lab(name: str, project_dir: Path | None = None) -> bool:
     return path.exists() and json.loads(path.read_text()).get("kind") == "vm"
 
 
-def _free_port(kind: int, address: str = "127.0.0.1") -> int:
-    """A port of `kind` free on `address`, below the ephemeral range (sparkfleet_lab/ports.py says why)."""
-    return ports.free_port(kind, address)
-
-
 class VmLab(LabPaths):
     def __init__(
         self,
@@ -181,16 +176,20 @@ class VmLab(LabPaths):
         base = image.ensure_image(say=self.say, arch=self.arch)
         self.state.update(kind="vm", name=self.name, topology=self.topology, arch=self.arch, image=str(base))
         self.state.setdefault(
-            "ports", {h: _free_port(socket.SOCK_STREAM, self.ssh_address(h)) for h in self.hosts}
+            "ports", {h: ports.free_port(socket.SOCK_STREAM, self.ssh_address(h)) for h in self.hosts}
         )
         # one UDP port per rail end: "<rail index><side>" -> port
         self.state.setdefault(
             "rail_ports",
-            {f"{r.index}{side}": _free_port(socket.SOCK_DGRAM) for r in self.rails() for side in "ab"},
+            {
+                f"{r.index}{side}": ports.free_port(socket.SOCK_DGRAM, "127.0.0.1")
+                for r in self.rails()
+                for side in "ab"
+            },
         )
         if self.has_lan:
             # the LAN hub's UDP port: a free one, so that two labs' LANs never meet
-            self.state.setdefault("lan_port", _free_port(socket.SOCK_DGRAM))
+            self.state.setdefault("lan_port", ports.free_port(socket.SOCK_DGRAM, "127.0.0.1"))
         self._save_state()
         self._ensure_keys()
         started = {}
