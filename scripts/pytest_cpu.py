@@ -9,8 +9,10 @@ For each test it appends one JSON line to DIR/<pid>.jsonl: the test's id, the la
 `children` (processes it started and waited for: ansible-playbook runs, the CLI, module runs, simulators) and
 `containers` (the lab's containers, `sparkfleet-lab-<lab>-*`, from Docker's cgroup v1 cpuacct, read before and
 after the test; 0 without a lab). What it does not see: processes the test did not wait for (an engine double
-left running) and other labs' containers; under xdist each worker writes its own file. Read-only: it sends
-nothing anywhere and changes no test.
+left running), other labs' containers, and a lab node's CPU before a restart during the test (a restarted
+container gets a new cgroup whose count starts at 0: such a test's `containers` is too low;
+scripts/cpu-map.py, which samples every 10 s, keeps those); under xdist each worker writes its own file.
+Read-only: it sends nothing anywhere and changes no test.
 """
 
 from __future__ import annotations
